@@ -1,0 +1,89 @@
+"""``fedlight`` command line: a ``LightningCLI`` whose trainer is the ``FederatedTrainer``.
+
+    fedlight fit -c configs/gpfl/mnist5k_pathological.yaml
+    fedlight fit -c configs/fedavg/mnist5k_dirichlet.yaml --trainer.rounds 5
+    fedlight fit --model FedAvg --data.partition iid --print_config
+    fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
+
+``--model`` takes any client class (short name such as ``FedAvg`` or a class path); the input
+shape and the class count are linked from the data module and never repeated in a YAML.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+import fedlight.clients  # noqa: F401  (registers every client class for short names)
+from fedlight.clients.base import FederatedClient
+from fedlight.data.datamodule import FederatedDataModule
+from fedlight.federation.trainer import FederatedTrainer
+
+
+class FedlightCLI(LightningCLI):
+    """LightningCLI with ``FederatedTrainer`` in the ``trainer`` slot.
+
+    LightningCLI only accepts a ``lightning.Trainer`` there, so the trainer's arguments are
+    added from ``FederatedTrainer``'s signature here, and it is instantiated here.
+    """
+
+    def __init__(self, args: Any = None, run: bool = True) -> None:
+        super().__init__(
+            model_class=FederatedClient,
+            datamodule_class=FederatedDataModule,
+            trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+            subclass_mode_model=True,
+            save_config_callback=None,
+            auto_configure_optimizers=False,
+            load_from_checkpoint_support=False,
+            seed_everything_default=False,
+            args=args,
+            run=run,
+        )
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"},
+                "test": {"model", "datamodule"}}
+
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """No ``--seed_everything``: ``trainer.seed`` is the one seed of a run."""
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_class_arguments(FederatedTrainer, "trainer", fail_untyped=False)
+        parser.add_lightning_class_args(FederatedClient, "model", subclass_mode=True)
+        parser.add_lightning_class_args(FederatedDataModule, "data")
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes",
+                              apply_on="instantiate")
+        parser.link_arguments("data.input_shape", "model.init_args.input_shape",
+                              apply_on="instantiate")
+
+    def _parse_ckpt_path(self) -> None:
+        """fedlight checkpoints hold the run state, not model hyper-parameters."""
+
+    def _set_seed(self) -> None:
+        # Model initialization is seeded by trainer.seed so one number fixes the whole run.
+        seed_everything(int(self._get(self.config, "trainer").seed), verbose=False)
+
+    def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
+        trainer = self._get(self.config_init, "trainer")
+        if not isinstance(trainer, FederatedTrainer):
+            trainer = FederatedTrainer(**{**trainer, **kwargs})
+        if self.subcommand is not None:
+            trainer.run_config = self._parser(self.subcommand).dump(
+                self.config[self.subcommand], skip_none=False)
+        return trainer
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``fedlight`` console script."""
+    FedlightCLI(args=args if args is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""The client base class: a ``LightningModule`` that also knows how to federate.
+
+A client declares, by state-dict name patterns (shell-style globs such as ``"model.head.*"``),
+which of its parameters *and buffers* are shared (aggregated by the server) and which are
+private (kept by the client between rounds). The orchestrator
+(:class:`fedlight.federation.FederatedTrainer`) drives the optional federation hooks:
+
+* :meth:`FederatedClient.on_round_start` receives the server's message;
+* :meth:`FederatedClient.local_phases` gives the local schedule as :class:`Phase` objects;
+* :meth:`FederatedClient.upload` says what leaves the client;
+* :meth:`FederatedClient.aggregate_payloads` is the server rule for non-parameter payloads;
+* :meth:`FederatedClient.on_round_end` does bookkeeping that must persist.
+
+Run alone (``lightning.Trainer().fit(client, datamodule)``) a client is an ordinary supervised
+model and none of the hooks is needed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedlight.models import build_backbone
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stage of a client's local schedule.
+
+    Args:
+        name: read by ``training_step`` through ``self.phase``.
+        epochs: passes over the client's training data in this phase.
+        trainable: glob patterns of the parameter names that train in this phase; ``None``
+            trains every parameter. The others keep ``requires_grad=False`` for the phase.
+        upload_after: snapshot the upload when this phase ends. When no phase asks for it,
+            the upload is taken after the last phase.
+        lr_scale: multiplies every learning rate of the optimizer built for this phase.
+    """
+
+    name: str = "train"
+    epochs: int = 1
+    trainable: tuple[str, ...] | None = None
+    upload_after: bool = False
+    lr_scale: float = 1.0
+
+
+@dataclass
+class ClientContext:
+    """What the orchestrator tells a client about itself before it trains."""
+
+    client_id: int
+    round: int
+    rounds: int
+    join_ratio: float
+    class_counts: Tensor  # (num_classes,) label counts of the client's training split
+    participations: int = 0  # rounds this client has trained in, this one excluded
+    train_data: tuple[Tensor, Tensor] | None = None  # (x, y) on the device, for hooks that
+    # need the data outside training_step (e.g. re-estimating BatchNorm statistics)
+    batch_size: int = 10
+
+    @property
+    def num_train_samples(self) -> int:
+        return int(self.class_counts.sum())
+
+
+@dataclass
+class Upload:
+    """What leaves a client after local training.
+
+    ``state`` is the shared partition (name -> tensor), ``weight`` the aggregation weight under
+    ``weighting: samples`` (the number of training samples), ``payload`` anything else the
+    method's server rule reduces (for example per-class prototypes).
+    """
+
+    state: dict[str, Tensor]
+    weight: float
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """State-dict keys split into shared and private; disjoint and covering by construction."""
+
+    shared: tuple[str, ...]
+    private: tuple[str, ...]
+
+
+def match_keys(keys: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """Return the keys that match at least one glob pattern, in key order."""
+    return [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+
+
+def resolve_partition(
+    keys: Sequence[str], shared: Sequence[str], private: Sequence[str], owner: str = "client"
+) -> Partition:
+    """Split state-dict ``keys`` by glob patterns; private patterns win over shared ones.
+
+    Raises ``ValueError`` when a pattern matches no key (it is then almost surely a typo) or
+    when a key is matched by neither list (it would silently never be aggregated nor kept).
+    """
+    for pattern in [*shared, *private]:
+        if not match_keys(keys, [pattern]):
+            preview = ", ".join(list(keys)[:8]) + (", ..." if len(keys) > 8 else "")
+            raise ValueError(
+                f"{owner}: partition pattern {pattern!r} matches no parameter or buffer; "
+                f"state-dict keys are: {preview}"
+            )
+    private_keys = match_keys(keys, private)
+    private_set = set(private_keys)
+    shared_keys = [k for k in match_keys(keys, shared) if k not in private_set]
+    uncovered = [k for k in keys if k not in private_set and k not in set(shared_keys)]
+    if uncovered:
+        raise ValueError(
+            f"{owner}: keys {uncovered[:5]} are neither shared nor private; add a pattern for them"
+        )
+    return Partition(shared=tuple(shared_keys), private=tuple(private_keys))
+
+
+class FederatedClient(L.LightningModule):
+    """Base class of every fedlight method: FedAvg's behaviour with all hooks at their defaults.
+
+    Args:
+        backbone: model-zoo name (``fedlight.models.BACKBONES``), e.g. ``"cnn"`` for the
+            4-layer CNN of FedAvg / GPFL.
+        num_classes: number of classes; linked from the data module by the CLI.
+        input_shape: shape of one input sample; linked from the data module by the CLI.
+        optimizer: ``"sgd"``, ``"adam"`` or ``"adamw"``.
+        lr: learning rate.
+        momentum: SGD momentum (ignored by Adam).
+        weight_decay: L2 weight decay.
+        extra_private: more glob patterns to keep private on top of the method's own, e.g.
+            ``["model.head.*"]`` turns FedAvg into FedPer.
+        backbone_kwargs: extra keyword arguments of the backbone constructor.
+    """
+
+    #: When True the orchestrator measures personalized accuracy on each participant right
+    #: after its local training (MAP's protocol); otherwise on every client from its stored
+    #: state at evaluation rounds.
+    evaluate_after_local_training: bool = False
+
+    def __init__(
+        self,
+        backbone: str = "cnn",
+        num_classes: int = 10,
+        input_shape: Sequence[int] = (1, 28, 28),
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        extra_private: Sequence[str] = (),
+        backbone_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        if lr <= 0:
+            raise ValueError(f"lr must be positive, got {lr}")
+        self.save_hyperparameters()
+        self.num_classes = num_classes
+        self.input_shape = tuple(input_shape)
+        self.optimizer_name = optimizer
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.extra_private = tuple(extra_private)
+        self.backbone_name = backbone
+        self.backbone_kwargs = dict(backbone_kwargs or {})
+        self.model = self.build_model()
+        self.phase = "train"
+        self.context: ClientContext | None = None
+        self._federated_logs: dict[str, list[Tensor]] = {}
+        self._partition: Partition | None = None
+
+    # ----------------------------------------------------------------- construction
+    def build_model(self) -> nn.Module:
+        """The backbone (``encoder`` + ``head``) every default method trains."""
+        return build_backbone(
+            self.backbone_name, self.input_shape, self.num_classes, **self.backbone_kwargs
+        )
+
+    # ----------------------------------------------------------------- partition
+    def shared_patterns(self) -> list[str]:
+        """Glob patterns of the shared (aggregated) state. Default: everything."""
+        return ["*"]
+
+    def private_patterns(self) -> list[str]:
+        """Glob patterns of the private state; they win over :meth:`shared_patterns`."""
+        return []
+
+    @property
+    def partition(self) -> Partition:
+        """The resolved, checked shared / private split of ``state_dict()`` keys."""
+        if self._partition is None:
+            self._partition = resolve_partition(
+                list(self.state_dict().keys()),
+                self.shared_patterns(),
+                [*self.private_patterns(), *self.extra_private],
+                owner=type(self).__name__,
+            )
+        return self._partition
+
+    @property
+    def has_global_model(self) -> bool:
+        """True when :meth:`global_forward` uses shared state only (a global model exists)."""
+        return not self.partition.private
+
+    def shared_state(self) -> dict[str, Tensor]:
+        """Detached copies of the shared partition (what FedAvg sends)."""
+        state = self.state_dict()
+        return {k: state[k].detach().clone() for k in self.partition.shared}
+
+    def client_state(self) -> dict[str, Tensor]:
+        """Detached CPU copies of the private partition: what the orchestrator stores."""
+        state = self.state_dict()
+        return {k: state[k].detach().to("cpu", copy=True) for k in self.partition.private}
+
+    # ----------------------------------------------------------------- federation hooks
+    def on_round_start(self, round: int, message: dict[str, Any]) -> None:
+        """Receive the server's message before local training. Default: nothing to do."""
+
+    def local_phases(self, local_epochs: int) -> list[Phase]:
+        """The local schedule. Default: one phase of ``local_epochs`` training everything."""
+        return [Phase("train", local_epochs)]
+
+    def upload(self) -> Upload:
+        """What leaves the client: its shared state and its sample count."""
+        weight = float(self.context.num_train_samples) if self.context else 1.0
+        return Upload(state=self.shared_state(), weight=weight)
+
+    @staticmethod
+    def aggregate_payloads(payloads: list[dict[str, Any]], weights: list[float]) -> dict[str, Any]:
+        """Server rule for non-parameter payloads; its result is next round's message."""
+        return {}
+
+    def on_round_end(self) -> None:
+        """Bookkeeping after local training (and the upload). Default: nothing."""
+
+    # ----------------------------------------------------------------- prediction
+    def forward(self, x: Tensor) -> Tensor:
+        """Personalized prediction (logits)."""
+        return self.model(x)
+
+    def global_forward(self, x: Tensor) -> Tensor:
+        """Prediction of the aggregated global model, where :attr:`has_global_model`."""
+        return self(x)
+
+    def eval_outputs(self, x: Tensor) -> dict[str, Tensor]:
+        """Named logits to score; ``personalized`` is the headline. Methods may add more."""
+        return {"personalized": self(x)}
+
+    # ----------------------------------------------------------------- training
+    def train_class_counts(self) -> Tensor:
+        """Label counts of this client's training split (uniform ones when unknown)."""
+        if self.context is not None:
+            return self.context.class_counts.to(self.device)
+        return torch.ones(self.num_classes, device=self.device)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._log_eval("val", batch)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._log_eval("test", batch)
+
+    def _log_eval(self, stage: str, batch: tuple[Tensor, Tensor]) -> None:
+        x, y = batch
+        logits = self(x)
+        self.log(f"{stage}_loss", F.cross_entropy(logits, y), prog_bar=True)
+        self.log(f"{stage}_accuracy", (logits.argmax(-1) == y).float().mean(), prog_bar=True)
+
+    def optimizer_param_groups(self) -> list[dict[str, Any]]:
+        """Parameter groups of the optimizer; override to give modules their own settings."""
+        return [{"params": list(self.parameters())}]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Optimizer over the trainable parameters, from the constructor arguments."""
+        groups = []
+        for group in self.optimizer_param_groups():
+            params = [p for p in group["params"] if p.requires_grad]
+            if params:
+                groups.append({**group, "params": params})
+        if not groups:
+            raise ValueError(f"{type(self).__name__}: no trainable parameter in phase {self.phase!r}")
+        if self.optimizer_name == "sgd":
+            return torch.optim.SGD(
+                groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
+            )
+        optimizer_class = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
+        return optimizer_class(groups, lr=self.lr, weight_decay=self.weight_decay)
+
+    # ----------------------------------------------------------------- logging
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log`` under a ``Trainer``; under fedlight's orchestrator the values are
+        kept on device and averaged per round (one host sync per round, not per step)."""
+        if self._trainer is not None:
+            super().log(name, value, *args, **kwargs)
+            return
+        tensor = value.detach() if isinstance(value, Tensor) else torch.tensor(float(value))
+        self._federated_logs.setdefault(name, []).append(tensor.float().reshape(()))
+
+    def pop_federated_logs(self) -> dict[str, Tensor]:
+        """Per-name means of what was logged since the last call (device tensors)."""
+        logs = {k: torch.stack([v.to(vs[0].device) for v in vs]).mean() for k, vs in
+                self._federated_logs.items() if vs}
+        self._federated_logs = {}
+        return logs
+
+    # ----------------------------------------------------------------- helpers for methods
+    def named_parameters_matching(self, patterns: Sequence[str]) -> list[tuple[str, nn.Parameter]]:
+        """Parameters whose names match any glob pattern."""
+        return [(n, p) for n, p in self.named_parameters()
+                if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+
+    def state_keys_of_type(self, module_types: tuple[type[nn.Module], ...]) -> list[str]:
+        """State-dict keys (parameters and buffers) that belong to modules of the given types,
+        e.g. every BatchNorm key for FedBN: found by type, never by substring of a name."""
+        keys = []
+        for module_name, module in self.named_modules():
+            if isinstance(module, module_types):
+                prefix = f"{module_name}." if module_name else ""
+                keys += [prefix + k for k in module.state_dict().keys()]
+        return keys

