@@ -1,4 +1,4 @@
-"""Top-level entry point: ``python cli.py fit -c configs/...`` is ``fedlight fit -c configs/...``."""
+"""Top-level entry point: ``python cli.py fit -c ...`` is the same as ``fedlight fit -c ...``."""
 
 from fedlight.cli import main
 

@@ -142,8 +142,8 @@ def test_cnn_is_the_fedavg_cnn_of_methods_md() -> None:
 
 
 def test_cnn_param_count_for_mnist_ten_classes() -> None:
-    torch.manual_seed(0)
-    model = build_backbone("cnn", (1, 28, 28), 10)
+    model = build_backbone("cnn", [1, 28, 28], 10)  # a YAML list is fine too
+    assert model.input_shape == (1, 28, 28)
     # 832 + 51264 + 524800 + 5130
     assert sum(p.numel() for p in model.parameters()) == 582_026
 
@@ -233,6 +233,11 @@ def test_input_shape_it_cannot_take_is_named(name: str, shape: tuple) -> None:
 def test_too_small_input_says_what_size_fits() -> None:
     with pytest.raises(ValueError, match="at least 16"):
         build_backbone("cnn", (1, 8, 8), NUM_CLASSES)
+
+
+def test_num_classes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="num_classes"):
+        build_backbone("cnn", (1, 28, 28), 0)
 
 
 def test_unknown_keyword_is_named() -> None:

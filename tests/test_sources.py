@@ -58,8 +58,9 @@ def test_digits() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 28, 28), (3, 8, 8), (20,)])
 def test_synthetic_shape_balance(shape: tuple[int, ...]) -> None:
-    data = load_source("synthetic", synthetic_samples=303, synthetic_shape=shape,
-                       synthetic_classes=5)
+    data = load_source(
+        "synthetic", synthetic_samples=303, synthetic_shape=shape, synthetic_classes=5
+    )
     assert data.x_train.shape == (303, *shape) and data.num_classes == 5
     counts = torch.bincount(data.y_train, minlength=5)
     assert counts.max() - counts.min() <= 1

@@ -294,7 +294,9 @@ class FederatedClient(L.LightningModule):
             if params:
                 groups.append({**group, "params": params})
         if not groups:
-            raise ValueError(f"{type(self).__name__}: no trainable parameter in phase {self.phase!r}")
+            raise ValueError(
+                f"{type(self).__name__}: no trainable parameter in phase {self.phase!r}"
+            )
         if self.optimizer_name == "sgd":
             return torch.optim.SGD(
                 groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay

@@ -274,6 +274,10 @@ _LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
     ),
     **{name: _torchvision_loader(name) for name in _TORCHVISION},
 }
+# Cross-domain sources (``digits5``, ``digits5_torchvision``): one domain id per sample.
+from fedlight.data.crossdomain import CROSSDOMAIN_LOADERS  # noqa: E402
+
+_LOADERS.update(CROSSDOMAIN_LOADERS)
 
 SOURCES: tuple[str, ...] = tuple(_LOADERS)
 

@@ -62,7 +62,9 @@ def _cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
     return tensor.round().to(dtype)
 
 
-def weighted_mean(states: Sequence[Mapping[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
+def weighted_mean(
+    states: Sequence[Mapping[str, Tensor]], weights: Sequence[float]
+) -> dict[str, Tensor]:
     """Weighted mean of state dicts with identical keys; weights need not be normalized."""
     if len(states) != len(weights):
         raise ValueError(f"{len(states)} states but {len(weights)} weights")
@@ -76,7 +78,9 @@ def aggregation_weights(sample_counts: Sequence[float], weighting: str) -> list[
     """Per-client weights: the sample counts, or all ones for ``uniform``."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
-    return [float(c) for c in sample_counts] if weighting == "samples" else [1.0] * len(sample_counts)
+    if weighting == "uniform":
+        return [1.0] * len(sample_counts)
+    return [float(c) for c in sample_counts]
 
 
 def state_bytes(state: Mapping[str, object]) -> int:

@@ -89,7 +89,8 @@ class RunFolder:
         if "wandb" in self.logger_names:
             from lightning.pytorch.loggers import WandbLogger
 
-            offline = os.environ.get("WANDB_MODE") == "offline" or not os.environ.get("WANDB_API_KEY")
+            offline = (os.environ.get("WANDB_MODE") == "offline"
+                       or not os.environ.get("WANDB_API_KEY"))
             self.loggers.append(WandbLogger(
                 project=self.wandb_project, name=self.path.name, group=self.group,
                 save_dir=str(self.path), offline=offline,
@@ -108,7 +109,8 @@ class RunFolder:
         for logger in self.loggers:
             if hasattr(logger, "log_table") and rows:
                 columns = list(rows[0])
-                logger.log_table(key=key, columns=columns, data=[[r[c] for c in columns] for r in rows])
+                data = [[r[c] for c in columns] for r in rows]
+                logger.log_table(key=key, columns=columns, data=data)
 
     def close(self) -> None:
         for logger in self.loggers:

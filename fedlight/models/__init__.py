@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedlight.models.backbone import CUTS, Backbone
+from fedlight.models.backbone import CUTS, Backbone, check_num_classes
 from fedlight.models.cnn import cnn, cnn_bn, lenet, mlp, tfcnn
 from fedlight.models.resnet import resnet18
 from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
@@ -54,6 +54,7 @@ def build_backbone(
         raise ValueError(f"unknown backbone {name!r}; valid names: {sorted(BACKBONES)}")
     constructor = BACKBONES[name]
     _check_kwargs(name, constructor, kwargs)
+    check_num_classes(num_classes)
     return constructor(input_shape, num_classes, **kwargs)
 
 

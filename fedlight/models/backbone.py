@@ -46,8 +46,7 @@ class Backbone(nn.Module):
         fine_blocks: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be a positive integer, got {num_classes}")
+        check_num_classes(num_classes)
         self.encoder = encoder
         self.head = head if head is not None else nn.Linear(feature_dim, num_classes)
         self.feature_dim = feature_dim
@@ -59,6 +58,9 @@ class Backbone(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``(B, num_classes)`` for an input batch ``(B, *input_shape)``."""
         return self.head(self.encoder(x))
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, feature_dim={self.feature_dim}, num_classes={self.num_classes}"
 
     @property
     def cuts(self) -> tuple[str, ...]:
@@ -91,6 +93,12 @@ class Backbone(nn.Module):
         The modules are the backbone's own (not copies): training them trains the backbone.
         """
         return [self.get_submodule(name) for name in self.block_names(cut)]
+
+
+def check_num_classes(num_classes: int) -> None:
+    """Raise a ``ValueError`` unless ``num_classes`` is a positive integer."""
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
 
 
 def check_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:

@@ -70,9 +70,10 @@ def vgg11(
     """VGG11 without BatchNorm as in "Aggregate or Not?" (paper 002, Fig. 4), for CIFAR.
 
     The conv stack is torchvision's config "A"; the classifier is Linear(512, 256) ReLU
-    Linear(256, U) without dropout, the FC sizes of the authors' code (lxcnju/FedPS-AggregateOrNot,
-    ``basic_nets.py`` ``VGG11`` and ``ps_nets.py`` ``LayeredVGG11``), since the paper's text
-    does not state them.
+    Linear(256, U) without dropout. The paper draws both in Fig. 4, which its text does not
+    carry; the FC sizes and the six block boundaries below are those of the authors' code
+    (lxcnju/FedPS-AggregateOrNot: ``basic_nets.py`` ``VGG11``, ``ps_nets.py`` ``LayeredVGG11``,
+    both marked "Figure.4").
 
     Fine cut (``blocks("fine")``): the paper's six blocks of Fig. 4 (right), bottom first:
 

@@ -1,0 +1,242 @@
+"""GPFL: Zhang et al., "GPFL: Simultaneously Learning Global and Personalized Feature Information
+for Personalized Federated Learning", ICCV 2023 (arXiv:2308.10279).
+
+A client holds a feature extractor ``phi`` (shared), a conditional valve CoV (shared), a table of
+global category embeddings GCE (shared) and a head ``psi`` (private). CoV turns the feature
+``f = phi(x)`` into a global feature ``f_G`` and a personalized feature ``f_P``; ``f_G`` is pulled
+towards the category embeddings, ``psi(f_P)`` solves the client's own task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedlight.clients.base import FederatedClient
+
+
+class ConditionalValve(nn.Module):
+    """GPFL's CoV: two sub-networks ``gamma``, ``beta`` of identical structure
+    (``Linear(K, K) -> ReLU -> LayerNorm(K)``) read a conditional vector ``c`` of size ``K`` and
+    modulate a feature batch: ``ReLU((gamma(c) + 1) * f + beta(c))`` (the paper's Eq. 3-4)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gamma = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.LayerNorm(dim))
+        self.beta = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.LayerNorm(dim))
+
+    def forward(self, features: Tensor, condition: Tensor) -> Tensor:
+        """``features`` ``(B, K)`` and one ``condition`` ``(K,)`` -> transformed ``(B, K)``."""
+        return F.relu((self.gamma(condition) + 1) * features + self.beta(condition))
+
+
+class GPFL(FederatedClient):
+    """GPFL client (Zhang et al., ICCV 2023, arXiv:2308.10279).
+
+    Modules: ``model.encoder`` = ``phi`` (shared), ``cov`` = CoV (shared), ``gce`` = an
+    ``nn.Embedding(U, K)`` holding the category embeddings ``C`` (shared, N(0, 1) init, the
+    embedding default), ``model.head`` = ``psi`` (private, ``Linear(K, U)``).
+
+    Round start: the received ``C`` is copied into the frozen, non-persistent buffer ``C_hat``;
+    ``g = mean_u C_hat[u]`` (global conditional input, Eq. 5) and
+    ``p_k = sum_u alpha_k[u] C_hat[u] / U`` (personalized conditional input, Eq. 7) with
+    ``alpha_k`` the class shares of the client's training split. Local update, all modules
+    end-to-end, on
+
+        f_G = ReLU((gamma + 1) f + beta),  f_P = ReLU((gamma_k + 1) f + beta_k)
+        L = CE(psi(f_P), y) + L_alg + lamda * L_mlg  (+ weight decay mu on CoV and GCE)
+
+    * ``L_alg`` (Eq. 8): cross-entropy over the cosine similarities ``sim(f_G, C[u])``, u in [U],
+      target ``y``, with the *trainable* ``C`` (GCE learns only through this term).
+    * ``L_mlg`` (Eq. 9, garbled in the paper): as in the authors' code, ONE Frobenius norm of the
+      whole ``batch x K`` difference ``f_G - C_hat[y]``, not squared and not averaged over the
+      batch. The published ``lamda = 0.01`` was tuned for exactly this form; a per-sample mean
+      would need a larger ``lamda``.
+    * ``mu ||V||_2 + mu ||C||_2`` (Eq. 11) is realised, as in the authors' code, as SGD weight
+      decay ``mu`` on the CoV and GCE parameters only (the paper's optimizer is plain SGD, no
+      momentum, one learning rate: the base class defaults ``optimizer="sgd"``, ``momentum=0``).
+
+    The server takes the sample-weighted mean of ``phi``, CoV and GCE (the base class's rule).
+    Prediction and evaluation use the personalized route only: ``forward(x) = psi(f_P)``. GPFL
+    has no global classifier, so :attr:`has_global_model` is False.
+
+    Where the conditional inputs come from, outside a fedlight round:
+
+    * evaluation (fedlight evaluates every client from its stored state without a round start):
+      whenever the module gets a new :attr:`context` (the orchestrator sets a fresh one each time
+      it loads a client, for training and for scoring), ``C_hat``, ``g`` and ``p_k`` are rebuilt
+      from the GCE table just loaded, i.e. the latest aggregated one, exactly what the client
+      would receive at its next round start;
+    * alone in a plain ``lightning.Trainer`` (no context): ``C_hat`` is the table as it is at fit
+      start (or at the first forward), kept frozen for the whole fit; the class shares are
+      ``trainer.datamodule.class_counts`` when the datamodule has them (as
+      ``fedlight.data.datamodule.ClientDataModule`` does), else uniform.
+
+    Ablations of the paper's Table 6 (each switch changes only what it names):
+
+    * ``personalized_input=False`` ("w/o PCI"): constant vectors replace the conditional
+      inputs. The paper calls them ``a`` (for ``p_k``) and ``b`` (for ``g``) without giving
+      values; we use ``a = +1`` and ``b = -1`` (all-ones and minus all-ones vectors of size K):
+      identical on every client like ``g``, distinct from each other so the two routes stay
+      two routes, and both non-zero so CoV's first Linear still gets gradient from each route.
+    * ``use_cov=False`` ("w/o CoV"): no CoV module at all, ``f_G = f_P = f``.
+    * ``use_mlg=False`` ("w/o L_mlg"): the ``lamda * L_mlg`` term is dropped (the same loss as
+      ``lamda=0``); ``C_hat``, ``g``, ``p_k`` are still built.
+    * ``use_gce=False`` ("w/o GCE", where the paper says ``C_hat`` disappears too): no GCE table,
+      no ``L_alg`` and no ``L_mlg``. ``g`` and ``p_k`` are both made from ``C_hat``, so without
+      it CoV reads the constant vectors of "w/o PCI" (``b = -1`` global, ``a = +1``
+      personalized); ``personalized_input`` is then irrelevant. The global route ``f_G`` feeds
+      no loss, so only the personalized half of CoV trains.
+    * FedPer = ``use_cov=False, use_gce=False``: loss ``CE(psi(phi(x)), y)``, ``phi`` shared,
+      ``psi`` private.
+
+    Args:
+        lamda: weight ``lambda`` of the magnitude-level guidance ``L_mlg`` (paper: 0.01).
+        mu: weight decay on the CoV and GCE parameters (paper: 0.1 for the 4-layer CNN and
+            the MLP, 1e-4 for ResNet-18).
+        personalized_input: build CoV's inputs from GCE (``g``, ``p_k``); False = "w/o PCI".
+        use_cov: transform the feature with CoV; False = "w/o CoV".
+        use_mlg: add ``lamda * L_mlg``; False = "w/o L_mlg".
+        use_gce: keep the GCE table and its two losses; False = "w/o GCE".
+        **kwargs: the base arguments (``backbone``, ``lr``, ...); see
+            :class:`~fedlight.clients.base.FederatedClient`.
+
+    Raises:
+        ValueError: a negative ``lamda`` or ``mu``.
+    """
+
+    def __init__(
+        self,
+        lamda: float = 0.01,
+        mu: float = 0.1,
+        personalized_input: bool = True,
+        use_cov: bool = True,
+        use_mlg: bool = True,
+        use_gce: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if lamda < 0:
+            raise ValueError(f"lamda (weight of L_mlg) must be >= 0, got {lamda}")
+        if mu < 0:
+            raise ValueError(f"mu (weight decay on CoV and GCE) must be >= 0, got {mu}")
+        super().__init__(**kwargs)
+        self.lamda = float(lamda)
+        self.mu = float(mu)
+        self.personalized_input = bool(personalized_input)
+        self.use_cov = bool(use_cov)
+        self.use_mlg = bool(use_mlg)
+        self.use_gce = bool(use_gce)
+        dim = self.model.feature_dim
+        self.cov = ConditionalValve(dim) if self.use_cov else None
+        self.gce = nn.Embedding(self.num_classes, dim) if self.use_gce else None
+        # Rebuilt from the received table (never stored, never sent): see refresh_conditions().
+        table = torch.zeros(self.num_classes, dim) if self.use_gce else None
+        self.register_buffer("C_hat", table, persistent=False)  # None: no table, no buffer
+        self.register_buffer("g", torch.zeros(dim), persistent=False)
+        self.register_buffer("p", torch.zeros(dim), persistent=False)
+        self._conditions_ready = False
+        self._conditions_context: Any = None
+        self._plain_class_counts: Tensor | None = None
+
+    # ----------------------------------------------------------------- partition
+    def private_patterns(self) -> list[str]:
+        """The head ``psi`` stays on the client; ``phi``, CoV and GCE are shared."""
+        return ["model.head.*"]
+
+    @property
+    def has_global_model(self) -> bool:
+        """GPFL has no global classifier: the head is private."""
+        return False
+
+    # ----------------------------------------------------------------- conditional inputs
+    def class_shares(self) -> Tensor:
+        """``alpha_k``: the share of each class in the client's training split, ``(U,)``."""
+        if self.context is None and self._plain_class_counts is not None:
+            counts = self._plain_class_counts.to(self.device)
+        else:
+            counts = self.train_class_counts()
+        counts = counts.float()
+        return counts / counts.sum().clamp_min(1.0)
+
+    @torch.no_grad()
+    def refresh_conditions(self) -> None:
+        """Freeze the current GCE table into ``C_hat`` and rebuild ``g`` and ``p_k`` from it."""
+        dim = self.g.shape[0]
+        if self.gce is not None and self.C_hat is not None:
+            self.C_hat.copy_(self.gce.weight.detach())
+        if self.C_hat is not None and self.personalized_input:
+            self.g.copy_(self.C_hat.mean(0))
+            self.p.copy_(self.class_shares() @ self.C_hat / self.num_classes)
+        else:  # the constant vectors b (global route) and a (personalized route)
+            self.g.copy_(-torch.ones(dim))
+            self.p.copy_(torch.ones(dim))
+        self._conditions_ready = True
+        self._conditions_context = self.context
+
+    def _ensure_conditions(self) -> None:
+        if not self._conditions_ready or self._conditions_context is not self.context:
+            self.refresh_conditions()
+
+    def on_round_start(self, round: int, message: dict[str, Any]) -> None:
+        """Copy the received GCE table into the frozen ``C_hat``; build ``g`` and ``p_k``."""
+        self.refresh_conditions()
+
+    def on_fit_start(self) -> None:
+        """Plain-Lightning use: take the class counts of the datamodule (when it has them) and
+        freeze the initial table."""
+        if self.context is None:
+            datamodule = getattr(self.trainer, "datamodule", None)
+            counts = getattr(datamodule, "class_counts", None)
+            self._plain_class_counts = counts if isinstance(counts, Tensor) else None
+            self.refresh_conditions()
+
+    # ----------------------------------------------------------------- the two routes
+    def routes(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(f_G, f_P)`` for an input batch (both ``phi(x)`` when ``use_cov`` is False)."""
+        self._ensure_conditions()
+        features = self.model.encoder(x)
+        if self.cov is None:
+            return features, features
+        return self.cov(features, self.g), self.cov(features, self.p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Personalized logits ``psi(f_P)``."""
+        return self.model.head(self.routes(x)[1])
+
+    def alignment_logits(self, global_features: Tensor) -> Tensor:
+        """Cosine similarities ``sim(f_G, C[u])`` to every trainable embedding, ``(B, U)``."""
+        assert self.gce is not None
+        return F.normalize(global_features, dim=1) @ F.normalize(self.gce.weight, dim=1).T
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        global_features, personal_features = self.routes(x)
+        loss_p = F.cross_entropy(self.model.head(personal_features), y)
+        loss = loss_p
+        self.log("loss_p", loss_p)
+        if self.use_gce:
+            loss_alg = F.cross_entropy(self.alignment_logits(global_features), y)
+            loss = loss + loss_alg
+            self.log("loss_alg", loss_alg)
+            if self.use_mlg:
+                # One Frobenius norm of the batch x K difference: not squared, not averaged.
+                assert self.C_hat is not None
+                loss_mlg = torch.linalg.norm(global_features - self.C_hat[y])
+                loss = loss + self.lamda * loss_mlg
+                self.log("loss_mlg", loss_mlg)
+        self.log("train_loss", loss)
+        return loss
+
+    # ----------------------------------------------------------------- optimizer
+    def optimizer_param_groups(self) -> list[dict[str, Any]]:
+        """``phi`` and ``psi`` with the base weight decay; CoV and GCE with weight decay ``mu``."""
+        regularized: Sequence[nn.Module] = [m for m in (self.cov, self.gce) if m is not None]
+        groups: list[dict[str, Any]] = [{"params": list(self.model.parameters())}]
+        decayed = [p for module in regularized for p in module.parameters()]
+        if decayed:
+            groups.append({"params": decayed, "weight_decay": self.mu})
+        return groups

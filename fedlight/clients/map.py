@@ -1,0 +1,402 @@
+"""MAP: Li, Zhan et al., "MAP: Model Aggregation and Personalization in Federated Learning with
+Incomplete Classes", IEEE TKDE 2024 (arXiv:2404.09232), and its two precursors by the same
+authors, FedRS (KDD 2021) and FedPHP (ECML-PKDD 2021), as ablations of it.
+
+Every client trains the shared full model in two phases. Phase 1 ("rs") uses the *restricted
+softmax*: the logit of every class the client never observed is scaled by ``a`` (Eq. 8), which
+slows down how fast the proxies of missing classes are pushed away; the model at the end of
+phase 1 is the upload. Phase 2 ("personalize") continues from it with the plain softmax and
+``(1 - lambda) CE + lambda L_kt`` (Eq. 13), ``L_kt`` transferring knowledge from the client's
+frozen *inherited private model* (HPM); the result is the personalized model, which is folded
+into the HPM by a client-specific moving average (Eq. 10). The server takes the uniform mean of
+the uploads (Algorithm 1; set ``trainer.weighting: uniform``).
+
+    FedRS  = MAP with ``kt="none"``   (restricted softmax only, no HPM)
+    FedPHP = MAP with ``rs_alpha=1``  (HPM only, plain softmax everywhere)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedlight.clients.base import FederatedClient, Phase
+from fedlight.data.datamodule import iterate_batches
+
+KT_LOSSES = ("kd", "mmd", "none")
+RS_MODES = ("hard", "soft")
+MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+# ===================================================================== pure functions
+def restricted_softmax_scales(
+    class_counts: Tensor, alpha: float, mode: str = "hard", complete_classes: bool = False
+) -> Tensor:
+    """The per-class logit scales ``a_c`` of the restricted softmax, shape ``(U,)``.
+
+    Args:
+        class_counts: label counts ``m_c`` of the client's training split, ``(U,)``.
+        alpha: the scale ``a`` of the missing classes (``m_c = 0``), in ``[0, 1]``.
+        mode: ``"hard"`` (MAP, Eq. 8): ``a_c = 1`` for observed classes, ``alpha`` for missing
+            ones; ``"soft"`` (FedRS's original rule): ``a_c = alpha + (1 - alpha) p_c / max p``
+            with ``p`` the class shares (missing classes get ``alpha``, the largest class 1).
+        complete_classes: MAP Sec. 5.4, ``a_c = m_c / sum_j m_j`` (the class share); replaces
+            ``mode`` and ``alpha``.
+    """
+    counts = class_counts.float()
+    shares = counts / counts.sum().clamp_min(1.0)
+    if complete_classes:
+        return shares
+    if mode == "soft":
+        return alpha + (1.0 - alpha) * shares / shares.max().clamp_min(1e-12)
+    return torch.where(counts > 0, torch.ones_like(counts), torch.full_like(counts, alpha))
+
+
+def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
+    """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``."""
+    teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)
+    log_student = F.log_softmax(student_logits / tau, dim=-1)
+    return tau * tau * F.kl_div(log_student, teacher, reduction="batchmean")
+
+
+def mmd_loss(
+    features: Tensor, teacher_features: Tensor,
+    bandwidth_factors: Sequence[float] = MMD_BANDWIDTH_FACTORS,
+) -> Tensor:
+    """MAP's Eq. 12: squared MMD between two feature batches under a sum of Gaussian kernels.
+
+    The kernels are ``exp(-||u - v||^2 / (b * s))`` for ``s`` in ``bandwidth_factors``, with ``b``
+    the mean pairwise squared distance of the pooled batch (the diagonal excluded; no gradient
+    flows through ``b``). The estimate is the biased (V-statistic) one,
+    ``mean K(x, x') + mean K(y, y') - 2 mean K(x, y)``: zero for identical batches, positive
+    otherwise. ``teacher_features`` are detached.
+    """
+    x = features.flatten(1)
+    y = teacher_features.detach().flatten(1).to(x.dtype)
+    pooled = torch.cat([x, y])
+    n = pooled.shape[0]
+    distances = torch.cdist(pooled, pooled).pow(2)
+    bandwidth = (distances.detach().sum() / max(n * n - n, 1)).clamp_min(1e-12)
+    kernel = sum(torch.exp(-distances / (bandwidth * s)) for s in bandwidth_factors)
+    b = x.shape[0]
+    return kernel[:b, :b].mean() + kernel[b:, b:].mean() - 2 * kernel[:b, b:].mean()
+
+
+def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.9) -> float:
+    """The client-specific momentum ``mu_k = clip(mu * z_k / (Q * T), 0, 1)`` of the HPM update.
+
+    Args:
+        selections: ``z_k``, the times the client was selected *before* the current round
+            (Algorithm 1 updates the HPM, step 14, before it adjusts ``mu_k``, step 15), so the
+            first update has ``mu_k = 0``: the HPM is then the personalized model itself.
+        join_ratio: ``Q``.
+        rounds: ``T``.
+        mu: the macro momentum.
+    """
+    return min(max(mu * selections / (join_ratio * rounds), 0.0), 1.0)
+
+
+# ===================================================================== the client
+class MAP(FederatedClient):
+    """MAP client (IEEE TKDE 2024, arXiv:2404.09232): restricted softmax + inherited private model.
+
+    Modules: ``model`` is the shared full model (encoder + head, aggregated); ``hpm`` is a
+    frozen deep copy of it (``requires_grad=False``, always in eval mode), private to the
+    client, with the private buffer ``hpm_updates`` (how many times it was updated, i.e. ``z_k``,
+    equal to ``context.participations``; 0 means "no HPM yet"). Both persist per client through
+    the private partition and in checkpoints. With ``kt="none"`` there is no ``hpm`` at all
+    (nothing would read it) and the client keeps no private state.
+
+    Local schedule of ``E = trainer.local_epochs`` epochs (:meth:`local_phases`):
+
+    1. ``"rs"``: ``rs_epochs`` epochs (default ``ceil(E / 2)``: an odd ``E`` puts the extra
+       epoch here) of CE on the restricted logits ``a_c * g_c``. The scale multiplies the whole
+       logit, bias included (the paper omits the bias), so with ``a = 0`` no gradient at all
+       reaches a missing class's row of the head. A class is observed when it occurs at least
+       once in the client's training split. The upload is snapshotted here.
+    2. ``"personalize"``: ``personalize_epochs`` epochs (default ``E - rs_epochs``) at
+       ``personalize_lr_scale`` times the learning rate, continuing from the upload, on
+       ``(1 - lamda) CE(g, y) + lamda L_kt`` with the plain softmax. Before the client has an HPM
+       (its first participation) the loss is the plain ``CE(g, y)``. Each phase gets a fresh
+       optimizer (the SGD momentum buffer restarts), as the phases use different losses and
+       learning rates. ``E = 1`` therefore gives no personalization phase (the personalized
+       model is the upload) unless ``personalize_epochs`` is set.
+
+    ``L_kt``: ``"kd"`` (Eq. 11, ``tau^2 * mean KL(softmax(g_hpm / tau) || softmax(g / tau))``,
+    ``tau = 4``) or ``"mmd"`` (Eq. 12, between the encoder outputs of the model and of the HPM,
+    5 Gaussian kernels with bandwidths ``b x {1/4, 1/2, 1, 2, 4}``, ``b`` the mean pairwise
+    squared distance of the pooled batch, no gradient through ``b``).
+
+    Round end (:meth:`on_round_end`): ``hpm <- (1 - mu_k) personalized + mu_k hpm`` over every
+    parameter and floating buffer, ``mu_k = clip(mu z_k / (Q T), 0, 1)`` with ``z_k`` the
+    earlier selections of the client (the first update copies the personalized model); then the
+    HPM's BatchNorm running statistics are re-estimated on the client's training data (a
+    cumulative average over its batches in order; nothing happens without BatchNorm).
+
+    Evaluation: ``evaluate_after_local_training = True``: the personalization accuracy is each
+    participant's personalized model on its local test split right after local training (the
+    paper's protocol), with ``hpm_accuracy`` (the updated HPM, the model Algorithm 1 returns per
+    client) beside it. The aggregation accuracy is the shared model on the global test set
+    (:meth:`global_forward`); the HPM is private but never used by it, so
+    :attr:`has_global_model` is True. Under ``fedlight validate/test`` (every client from its
+    stored state, no local training) ``personalized`` is the global model and ``hpm`` the stored
+    HPM.
+
+    Choices where the paper is silent, or where the released code differs (the code's schedule
+    is one config away: ``rs_epochs: E``, ``personalize_epochs: 1``, ``personalize_lr_scale:
+    0.2``; its "max(10 % of the steps, 5)" personalization steps become one epoch since phases
+    are whole epochs; its learning-rate warm-up, teacher-only softening in KD and the bug that
+    scales every logit by ``a`` are not reproduced; ``trainer.weighting: samples`` gives its
+    sample-weighted mean).
+
+    Args:
+        rs_alpha: ``a`` in ``[0, 1]``, the logit scale of missing classes (paper: 0.9; 1 is the
+            plain softmax).
+        rs_mode: ``"hard"`` (MAP's Eq. 8) or ``"soft"`` (FedRS's ``a + (1 - a) p_c / max p``).
+        complete_classes: ``a_c = m_c / sum_j m_j`` (Sec. 5.4, complete classes); overrides
+            ``rs_alpha`` and ``rs_mode``.
+        kt: ``"kd"``, ``"mmd"`` or ``"none"`` (no transfer and no HPM: FedRS).
+        lamda: ``lambda`` in ``[0, 1]``, the weight of ``L_kt`` (paper: 0.01).
+        tau: KD temperature (paper: 4).
+        mu: the macro momentum of the HPM update (paper: 0.9).
+        rs_epochs: epochs of phase 1; ``None`` = ``ceil(E / 2)``.
+        personalize_epochs: epochs of phase 2; ``None`` = ``E - rs_epochs`` (0 skips it).
+        personalize_lr_scale: learning-rate multiplier of phase 2.
+        **kwargs: the base arguments (``backbone``, ``lr``, ...); see
+            :class:`~fedlight.clients.base.FederatedClient`.
+
+    Raises:
+        ValueError: an unknown ``rs_mode`` or ``kt``, or a value out of its range.
+    """
+
+    evaluate_after_local_training = True
+
+    def __init__(
+        self,
+        rs_alpha: float = 0.9,
+        rs_mode: str = "hard",
+        complete_classes: bool = False,
+        kt: str = "kd",
+        lamda: float = 0.01,
+        tau: float = 4.0,
+        mu: float = 0.9,
+        rs_epochs: int | None = None,
+        personalize_epochs: int | None = None,
+        personalize_lr_scale: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        _check_range("rs_alpha", rs_alpha, 0.0, 1.0)
+        _check_range("lamda", lamda, 0.0, 1.0)
+        if rs_mode not in RS_MODES:
+            raise ValueError(f"unknown rs_mode {rs_mode!r}; valid: {', '.join(RS_MODES)}")
+        if kt not in KT_LOSSES:
+            raise ValueError(f"unknown kt {kt!r}; valid: {', '.join(KT_LOSSES)}")
+        if not tau > 0:
+            raise ValueError(f"tau (KD temperature) must be positive, got {tau}")
+        if not mu >= 0:
+            raise ValueError(f"mu (macro momentum) must be >= 0, got {mu}")
+        if rs_epochs is not None and rs_epochs < 1:
+            raise ValueError(f"rs_epochs must be at least 1 (or null for ceil(E/2)), got "
+                             f"{rs_epochs}")
+        if personalize_epochs is not None and personalize_epochs < 0:
+            raise ValueError(f"personalize_epochs must be >= 0 (or null for E - rs_epochs), "
+                             f"got {personalize_epochs}")
+        if not personalize_lr_scale > 0:
+            raise ValueError(f"personalize_lr_scale must be positive, got {personalize_lr_scale}")
+        super().__init__(**kwargs)
+        self.rs_alpha = float(rs_alpha)
+        self.rs_mode = rs_mode
+        self.complete_classes = bool(complete_classes)
+        self.kt = kt
+        self.lamda = float(lamda)
+        self.tau = float(tau)
+        self.mu = float(mu)
+        self.rs_epochs = rs_epochs
+        self.personalize_epochs = personalize_epochs
+        self.personalize_lr_scale = float(personalize_lr_scale)
+        self.hpm: nn.Module | None = None
+        if kt != "none":
+            self.hpm = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.register_buffer("hpm_updates", torch.zeros((), dtype=torch.long))
+        self._has_teacher = False
+        self._scales: tuple[Any, Tensor] | None = None  # (context it was built for, scales)
+        self._plain_class_counts: Tensor | None = None
+
+    # ----------------------------------------------------------------- partition
+    def private_patterns(self) -> list[str]:
+        """The HPM and its update counter stay on the client; the full model is shared."""
+        return ["hpm.*", "hpm_updates"] if self.hpm is not None else []
+
+    @property
+    def has_global_model(self) -> bool:
+        """True: :meth:`global_forward` is the shared model (the HPM is private but unused)."""
+        return True
+
+    def train(self, mode: bool = True) -> MAP:
+        """Lightning's ``train``, except that the frozen HPM always stays in eval mode."""
+        super().train(mode)
+        if self.hpm is not None:
+            self.hpm.eval()
+        return self
+
+    # ----------------------------------------------------------------- schedule
+    def local_phases(self, local_epochs: int) -> list[Phase]:
+        """``rs`` (upload after it) then ``personalize`` (skipped when it has 0 epochs)."""
+        rs = self.rs_epochs if self.rs_epochs is not None else math.ceil(local_epochs / 2)
+        personalize = (self.personalize_epochs if self.personalize_epochs is not None
+                       else max(local_epochs - rs, 0))
+        phases = [Phase("rs", rs, upload_after=True)]
+        if personalize > 0:
+            phases.append(Phase("personalize", personalize, lr_scale=self.personalize_lr_scale))
+        return phases
+
+    def on_round_start(self, round: int, message: dict[str, Any]) -> None:
+        """Note whether this client has an HPM yet (one host read per round, not per step)."""
+        self._has_teacher = self.hpm is not None and int(self.hpm_updates) > 0
+
+    def on_fit_start(self) -> None:
+        """Plain-Lightning use: take the datamodule's ``class_counts`` when it has them."""
+        if self.context is None:
+            datamodule = getattr(self.trainer, "datamodule", None)
+            counts = getattr(datamodule, "class_counts", None)
+            self._plain_class_counts = counts if isinstance(counts, Tensor) else None
+
+    # ----------------------------------------------------------------- losses
+    def rs_scales(self) -> Tensor:
+        """``a_c`` for this client, ``(U,)`` (cached per client context)."""
+        if self._scales is None or self._scales[0] is not self.context:
+            if self.context is None and self._plain_class_counts is not None:
+                counts = self._plain_class_counts.to(self.device)
+            else:
+                counts = self.train_class_counts()
+            scales = restricted_softmax_scales(counts, self.rs_alpha, self.rs_mode,
+                                               self.complete_classes)
+            self._scales = (self.context, scales)
+        return self._scales[1]
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        """Phase ``rs`` (and plain-Lightning ``train``): CE on restricted logits; phase
+        ``personalize``: ``(1 - lamda) CE + lamda L_kt`` against the HPM (CE before it exists)."""
+        x, y = batch
+        if self.phase != "personalize":
+            loss = F.cross_entropy(self.model(x) * self.rs_scales(), y)
+            self.log("rs_loss", loss)
+            return loss
+        if not (self._has_teacher and self.hpm is not None):
+            loss = F.cross_entropy(self.model(x), y)
+            self.log("personalize_loss", loss)
+            return loss
+        features = self.model.encoder(x)
+        logits = self.model.head(features)
+        with torch.no_grad():
+            teacher_features = self.hpm.encoder(x)
+            teacher_logits = self.hpm.head(teacher_features)
+        if self.kt == "kd":
+            transfer = kd_loss(logits, teacher_logits, self.tau)
+        else:
+            transfer = mmd_loss(features, teacher_features)
+        loss = (1.0 - self.lamda) * F.cross_entropy(logits, y) + self.lamda * transfer
+        self.log("personalize_loss", loss)
+        self.log("kt_loss", transfer)
+        return loss
+
+    # ----------------------------------------------------------------- the HPM
+    def hpm_mu(self, selections: int) -> float:
+        """``mu_k`` for a client selected ``selections`` times before (Q, T from the context)."""
+        if self.context is None:
+            raise RuntimeError("MAP.hpm_mu needs the federated context (join ratio, rounds)")
+        return hpm_momentum(selections, self.context.join_ratio, self.context.rounds, self.mu)
+
+    @torch.no_grad()
+    def on_round_end(self) -> None:
+        """Fold the personalized model into the HPM (Eq. 10), then re-estimate its BN stats."""
+        if self.hpm is None:
+            return
+        selections = int(self.hpm_updates)
+        mu_k = self.hpm_mu(selections)
+        personalized = self.model.state_dict()
+        for name, value in self.hpm.state_dict().items():
+            new = personalized[name]
+            if selections == 0 or not value.is_floating_point():
+                value.copy_(new)
+            else:
+                value.mul_(mu_k).add_(new, alpha=1.0 - mu_k)
+        self.hpm_updates += 1
+        self.recalibrate_hpm_batchnorm()
+
+    @torch.no_grad()
+    def recalibrate_hpm_batchnorm(self) -> None:
+        """Recompute the HPM's BatchNorm running statistics on the client's training data.
+
+        A cumulative average (``momentum=None``) over the batches of ``context.batch_size`` in
+        data order; a no-op without BatchNorm layers or without training data in the context.
+        """
+        assert self.hpm is not None
+        norms = [m for m in self.hpm.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                 and m.track_running_stats]
+        if not norms or self.context is None or self.context.train_data is None:
+            return
+        momenta = [m.momentum for m in norms]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+        self.hpm.train()
+        try:
+            x, y = self.context.train_data
+            for xb, _ in iterate_batches(x, y, self.context.batch_size):
+                self.hpm(xb)
+        finally:
+            self.hpm.eval()
+            for m, value in zip(norms, momenta, strict=True):
+                m.momentum = value
+
+    # ----------------------------------------------------------------- prediction
+    def global_forward(self, x: Tensor) -> Tensor:
+        """The shared (aggregated) model."""
+        return self.model(x)
+
+    def eval_outputs(self, x: Tensor) -> dict[str, Tensor]:
+        """``personalized`` (the model as it is: right after local training under fedlight's
+        protocol) and, when the client keeps one, ``hpm``."""
+        outputs = {"personalized": self.model(x)}
+        if self.hpm is not None:
+            outputs["hpm"] = self.hpm(x)
+        return outputs
+
+
+class FedRS(MAP):
+    """FedRS as MAP's ablation "RS only" (Li & Zhan, "FedRS: Federated Learning with Restricted
+    Softmax for Label Distribution Non-IID Data", KDD 2021): MAP with ``kt="none"``, no HPM.
+
+    Phase 1 trains with the restricted softmax (the upload), phase 2 fine-tunes with the plain
+    softmax (the personalized model). The original FedRS (all ``E`` epochs restricted, the
+    local model is the personalized one) is ``rs_epochs: E, personalize_epochs: 0``; its soft
+    rule is ``rs_mode: soft``. Every argument is :class:`MAP`'s.
+    """
+
+    def __init__(self, kt: str = "none", **kwargs: Any) -> None:
+        super().__init__(kt=kt, **kwargs)
+
+
+class FedPHP(MAP):
+    """FedPHP as MAP's ablation "HPM only" (Li, Zhan et al., "FedPHP: Federated Personalization
+    with Inherited Private Models", ECML-PKDD 2021): MAP with ``rs_alpha=1`` (plain softmax).
+
+    Phase 1 is plain CE (the upload), phase 2 ``(1 - lamda) CE + lamda L_kt`` against the HPM.
+    Unlike the original FedPHP, which uploads the model after the distillation, the upload is
+    the phase-1 model. Every argument is :class:`MAP`'s.
+    """
+
+    def __init__(self, rs_alpha: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(rs_alpha=rs_alpha, **kwargs)
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")

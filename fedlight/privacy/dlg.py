@@ -1,0 +1,351 @@
+"""Deep Leakage from Gradients as GPFL's privacy analysis uses it.
+
+The attack of Zhu, Liu and Han, "Deep Leakage from Gradients", NeurIPS 2019 (arXiv:1906.08935),
+in the form of GPFL's Sec. 3.3 (Zhang et al., ICCV 2023, arXiv:2308.10279, Eq. 12): a
+semi-honest server holds the model ``Phi`` it sent to a client (the whole model, or only the
+feature extractor when the head is private) and the update ``Delta`` the client sent back. It
+learns a dummy input ``x~`` and a dummy output ``z~`` of ``Phi`` (logits for a whole model,
+feature vectors for a feature extractor) by minimizing
+
+    || grad_theta MSE(Phi(x~), z~) - g ||^2,    g = -Delta / eta  (the observed gradient)
+
+where ``theta`` are the parameters of ``Phi`` the server receives updates of and ``eta`` the
+local learning rate (one local SGD step gives ``Delta = -eta * grad``). The MSE surrogate is
+what makes the attack method-agnostic: whatever a method's loss, the gradient of the shared
+parameters of ``Phi`` only flows through ``Phi(x)``, so it is ``sum_i r_i^T dPhi(x_i)/dtheta``
+for some residual ``r_i``, and the free dummy output lets ``MSE(Phi(x~), z~)`` produce any
+residual. ``loss="ce"`` gives the original DLG instead (cross-entropy against the soft label
+``softmax(z~)``, meaningful when ``Phi`` outputs logits).
+
+Choices where the papers are silent, made here:
+
+* the gradient distance is divided by ``||g||^2`` (the same minimizer as DLG's plain squared L2
+  distance, but independent of the update's scale, so L-BFGS' tolerances behave for any
+  learning rate);
+* optimizer L-BFGS (as DLG) with a strong-Wolfe line search, ``iterations`` = L-BFGS
+  iterations; the best dummy seen (lowest distance) is returned, so a diverging run cannot
+  return garbage it had already improved on;
+* with ``input_range=(lo, hi)`` the dummy input is ``lo + (hi - lo) * sigmoid(u)`` (the prior
+  that pixels lie in a known box, as in the GPFL authors' attack code); without it the dummy
+  input is unconstrained, as in DLG;
+* PSNR is the mean over the images of a batch of each image's PSNR, after the recovered images
+  are matched to the real ones by the assignment that maximizes that mean (the attack cannot
+  know the order of a batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from fedlight.clients.base import FederatedClient
+
+LOSSES = ("mse", "ce")
+OPTIMIZERS = ("lbfgs", "adam")
+SURFACES = ("encoder", "model")
+
+
+def psnr(recovered: Tensor, real: Tensor, data_range: float = 1.0) -> float:
+    """Peak signal-to-noise ratio in dB between batches of images on a ``data_range`` scale.
+
+    Args:
+        recovered: ``(B, ...)`` reconstructed inputs.
+        real: ``(B, ...)`` true inputs, the same shape.
+        data_range: the value range of the images (1.0 for images scaled to [0, 1]).
+
+    Returns:
+        ``10 log10(data_range^2 / MSE)`` for one image (``B = 1``). For ``B > 1``, the mean of
+        the per-image PSNRs after matching recovered to real images by the permutation that
+        maximizes that mean. ``inf`` when the images are identical.
+
+    Raises:
+        ValueError: shapes differ, a tensor has no batch dimension, or ``data_range <= 0``.
+    """
+    if recovered.shape != real.shape:
+        raise ValueError(f"shapes differ: recovered {tuple(recovered.shape)}, "
+                         f"real {tuple(real.shape)}")
+    if real.ndim < 2:
+        raise ValueError(f"psnr takes batches (B, ...), got shape {tuple(real.shape)}")
+    if data_range <= 0:
+        raise ValueError(f"data_range must be positive, got {data_range}")
+    a = recovered.detach().double().flatten(1).cpu()
+    b = real.detach().double().flatten(1).cpu()
+    mse = ((a[:, None, :] - b[None, :, :]) ** 2).mean(-1)  # (recovered, real)
+    with np.errstate(divide="ignore"):
+        table = 10.0 * np.log10(data_range**2 / mse.numpy())
+    if len(a) == 1:
+        return float(table[0, 0])
+    from scipy.optimize import linear_sum_assignment
+
+    finite = np.where(np.isinf(table), 1e6, table)  # the solver needs finite costs
+    rows, cols = linear_sum_assignment(finite, maximize=True)
+    return float(table[rows, cols].mean())
+
+
+def dlg_attack(
+    model: nn.Module,
+    inputs_shape: Sequence[int],
+    target_update: dict[str, Tensor],
+    param_names: list[str],
+    iterations: int = 300,
+    lr: float = 1.0,
+    seed: int = 0,
+    *,
+    step_lr: float = 1.0,
+    loss: str = "mse",
+    optimizer: str = "lbfgs",
+    input_range: tuple[float, float] | None = None,
+) -> Tensor:
+    """Recover the inputs behind a one-step update by gradient matching (DLG, GPFL's Eq. 12).
+
+    Args:
+        model: ``Phi``, the module the server holds with the parameters it sent (a whole model
+            or a feature extractor); its ``forward`` maps an input batch to outputs.
+        inputs_shape: shape of the batch to recover, ``(B, *input_shape)``.
+        target_update: the observed update (uploaded minus sent parameters) by parameter name
+            of ``model.named_parameters()``; at least the names in ``param_names``.
+        param_names: the parameters of ``model`` whose update is matched.
+        iterations: optimizer iterations (L-BFGS iterations or Adam steps).
+        lr: learning rate of the attack's optimizer (1.0 suits L-BFGS, ~0.1 Adam).
+        seed: seeds the dummy input and output.
+        step_lr: the client's learning rate ``eta``; the target gradient is
+            ``-target_update / step_lr``.
+        loss: ``"mse"`` (GPFL: MSE between ``Phi(x~)`` and the dummy output) or ``"ce"``
+            (DLG: cross-entropy against the soft label ``softmax(z~)``).
+        optimizer: ``"lbfgs"`` (DLG) or ``"adam"``.
+        input_range: ``(lo, hi)`` box the dummy input is kept in through a sigmoid; ``None``
+            leaves it unconstrained.
+
+    Returns:
+        The recovered inputs, a detached tensor of ``inputs_shape`` on the model's device.
+
+    Raises:
+        ValueError: an unknown ``loss``/``optimizer``, ``iterations < 1``, ``lr <= 0``, a
+            parameter name missing from ``model`` or ``target_update``, or an all-zero update.
+    """
+    _check_choice("loss", loss, LOSSES)
+    _check_choice("optimizer", optimizer, OPTIMIZERS)
+    if iterations < 1:
+        raise ValueError(f"iterations must be at least 1, got {iterations}")
+    if lr <= 0 or step_lr <= 0:
+        raise ValueError(f"lr and step_lr must be positive, got lr={lr}, step_lr={step_lr}")
+    named = dict(model.named_parameters())
+    missing = [n for n in param_names if n not in named or n not in target_update]
+    if missing or not param_names:
+        raise ValueError(f"parameter names {missing or param_names} are missing from the model "
+                         f"or the update; model parameters: {list(named)[:8]}")
+    params = [named[n] for n in param_names]
+    target = [(-target_update[n] / step_lr).detach().to(p.device, p.dtype)
+              for n, p in zip(param_names, params, strict=True)]
+    scale = sum(float(t.pow(2).sum()) for t in target)
+    if scale == 0:
+        raise ValueError("the update is zero on every matched parameter: nothing to attack")
+
+    device = params[0].device
+    generator = torch.Generator().manual_seed(seed)
+    dummy_x = torch.randn(tuple(inputs_shape), generator=generator).to(device).requires_grad_()
+    with torch.no_grad():
+        out_shape = model(_to_input(dummy_x, input_range)).shape
+    dummy_z = torch.randn(tuple(out_shape), generator=generator).to(device).requires_grad_()
+    variables = [dummy_x, dummy_z]
+
+    def distance() -> Tensor:
+        outputs = model(_to_input(dummy_x, input_range))
+        if loss == "mse":
+            surrogate = F.mse_loss(outputs, dummy_z)
+        else:
+            surrogate = F.cross_entropy(outputs, F.softmax(dummy_z, dim=-1))
+        grads = torch.autograd.grad(surrogate, params, create_graph=True, allow_unused=True)
+        total = outputs.new_zeros(())
+        for g, t in zip(grads, target, strict=True):
+            total = total + (t.pow(2).sum() if g is None else (g - t).pow(2).sum())
+        return total / scale
+
+    best = {"value": math.inf, "x": dummy_x.detach().clone()}
+
+    def closure() -> Tensor:
+        value = distance()
+        # Only the dummies get gradients: the model's own .grad fields stay untouched.
+        grads = torch.autograd.grad(value, variables, allow_unused=True)
+        for var, grad in zip(variables, grads, strict=True):
+            var.grad = torch.zeros_like(var) if grad is None else grad
+        if torch.isfinite(value) and float(value) < best["value"]:
+            best.update(value=float(value), x=dummy_x.detach().clone())
+        return value.detach()
+
+    if optimizer == "lbfgs":
+        opt = torch.optim.LBFGS(variables, lr=lr, max_iter=iterations, history_size=100,
+                                line_search_fn="strong_wolfe", tolerance_grad=1e-10,
+                                tolerance_change=1e-12)
+        opt.step(closure)
+    else:
+        opt = torch.optim.Adam(variables, lr=lr)
+        for _ in range(iterations):
+            opt.zero_grad()
+            if not torch.isfinite(opt.step(closure)):
+                break
+    return _to_input(best["x"], input_range).detach()
+
+
+def _to_input(raw: Tensor, input_range: tuple[float, float] | None) -> Tensor:
+    if input_range is None:
+        return raw
+    lo, hi = input_range
+    return lo + (hi - lo) * torch.sigmoid(raw)
+
+
+def _check_choice(name: str, value: str, valid: Sequence[str]) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+
+
+# ===================================================================== attacking a client
+def attack_surface(client: FederatedClient, surface: str) -> nn.Module:
+    """The module ``Phi`` the server attacks: ``"encoder"`` (GPFL's "-fe": the backbone's
+    feature extractor ``client.model.encoder``) or ``"model"`` (the whole backbone,
+    ``client.model``, logits out)."""
+    _check_choice("surface", surface, SURFACES)
+    return client.model.encoder if surface == "encoder" else client.model
+
+
+def evaluate_client_leakage(
+    client: FederatedClient,
+    batch: tuple[Tensor, Tensor],
+    surface: str | nn.Module = "encoder",
+    iterations: int = 300,
+    lr: float = 1.0,
+    seed: int = 0,
+    value_range: tuple[float, float] | None = None,
+    **attack_kwargs: object,
+) -> float:
+    """PSNR (dB) of the DLG reconstruction of one batch from the update it causes.
+
+    The client (as loaded for training: received shared state, its private state, its
+    ``context``, ``on_round_start`` called) takes ONE local SGD step on ``batch`` with its own
+    loss (``training_step``) and learning rate, in the phase that produces its upload (the phase
+    with ``upload_after``, else the last) with that phase's trainable parameters and
+    ``lr_scale``. Momentum and weight decay are left out: the server knows the decay and the
+    parameters it sent, so it would remove that term anyway. The update of the shared
+    partition restricted to ``Phi``'s parameters is attacked with :func:`dlg_attack`, and the
+    reconstruction is scored against ``batch``'s inputs mapped to [0, 1]. The client's state
+    is restored afterwards (its ``.grad`` fields and logs too), so a trainer can call this
+    mid-run.
+
+    Args:
+        client: a :class:`~fedlight.clients.FederatedClient` ready to train.
+        batch: ``(x, y)`` on the client's device.
+        surface: ``"encoder"``, ``"model"`` (see :func:`attack_surface`) or a module whose
+            parameters are the client's own (e.g. GPFL's pseudo feature extractor).
+        iterations, lr, seed: of :func:`dlg_attack`.
+        value_range: ``(lo, hi)`` of the input values (e.g. of the whole data set), mapped to
+            [0, 1] for the PSNR; it also boxes the dummy input. ``None``: the batch's min and max.
+        **attack_kwargs: more :func:`dlg_attack` options (``loss``, ``optimizer``,
+            ``input_range``: defaults to ``value_range``).
+
+    Returns:
+        The PSNR in dB (higher = more leakage).
+
+    Raises:
+        ValueError: a parameter of ``Phi`` is not in the shared partition (the server never
+            receives its update), or the update of ``Phi`` is zero.
+    """
+    x, y = batch
+    phi = attack_surface(client, surface) if isinstance(surface, str) else surface
+    names = _client_names(client, phi)
+    shared = set(client.partition.shared)
+    private = [client_name for client_name in names.values() if client_name not in shared]
+    if private:
+        raise ValueError(f"{type(client).__name__}: the attacked module has parameters the "
+                         f"server never receives ({private[:3]}); attack the shared part only")
+    lo, hi = value_range if value_range is not None else (float(x.min()), float(x.max()))
+    if hi <= lo:
+        raise ValueError(f"value_range must have hi > lo, got ({lo}, {hi})")
+    step_lr = _one_step_lr(client)
+    received = {k: v.detach().clone() for k, v in client.state_dict().items()}
+    try:
+        update = _one_step_update(client, (x, y), step_lr)
+    finally:
+        client.load_state_dict(received)
+        client.pop_federated_logs()
+    target = {phi_name: update[client_name] for phi_name, client_name in names.items()}
+    attack_kwargs.setdefault("input_range", (lo, hi))
+    recovered = dlg_attack(phi, tuple(x.shape), target, list(names), iterations=iterations,
+                           lr=lr, seed=seed, step_lr=step_lr, **attack_kwargs)  # type: ignore[arg-type]
+    span = hi - lo
+    return psnr(((recovered - lo) / span).clamp(0, 1), ((x - lo) / span).clamp(0, 1))
+
+
+def client_leakage(
+    client: FederatedClient,
+    train_data: tuple[Tensor, Tensor],
+    batches: int,
+    batch_size: int,
+    seed: int,
+    **kwargs: object,
+) -> float:
+    """Mean :func:`evaluate_client_leakage` PSNR over ``batches`` batches of ``batch_size``
+    samples drawn without replacement from ``train_data`` with a generator seeded by ``seed``;
+    the ``[0, 1]`` mapping uses the min and max of the whole ``train_data``. ``kwargs`` go to
+    :func:`evaluate_client_leakage`."""
+    if batches < 1 or batch_size < 1:
+        raise ValueError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
+    x, y = train_data
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed)).to(x.device)
+    kwargs.setdefault("value_range", (float(x.min()), float(x.max())))
+    values = []
+    for index in range(min(batches, max(1, len(x) // batch_size))):
+        chosen = order[index * batch_size:(index + 1) * batch_size]
+        values.append(evaluate_client_leakage(client, (x[chosen], y[chosen]),
+                                              seed=seed + index, **kwargs))  # type: ignore[arg-type]
+    return float(np.mean(values))
+
+
+def _client_names(client: nn.Module, phi: nn.Module) -> dict[str, str]:
+    """``Phi``'s parameter names mapped to the client's state-dict names of the same tensors."""
+    by_id = {id(p): n for n, p in client.named_parameters()}
+    names = {}
+    for name, param in phi.named_parameters():
+        if id(param) not in by_id:
+            raise ValueError(f"parameter {name!r} of the attacked module is not the client's")
+        names[name] = by_id[id(param)]
+    return names
+
+
+def _upload_phase(client: FederatedClient):  # -> Phase
+    phases = client.local_phases(1)
+    return next((p for p in phases if p.upload_after), phases[-1])
+
+
+def _one_step_lr(client: FederatedClient) -> float:
+    return float(client.lr) * _upload_phase(client).lr_scale
+
+
+def _one_step_update(client: FederatedClient, batch: tuple[Tensor, Tensor],
+                     step_lr: float) -> dict[str, Tensor]:
+    """Shared state after one plain SGD step on ``batch`` minus the shared state before it."""
+    import fnmatch
+
+    phase = _upload_phase(client)
+    client.phase = phase.name
+    before = client.shared_state()
+    trainable = [(n, p) for n, p in client.named_parameters() if p.requires_grad and (
+        phase.trainable is None or any(fnmatch.fnmatchcase(n, t) for t in phase.trainable))]
+    output = client.training_step(batch, 0)
+    loss: Tensor = output["loss"] if isinstance(output, dict) else output
+    grads = torch.autograd.grad(loss, [p for _, p in trainable], allow_unused=True)
+    with torch.no_grad():
+        for (_, param), grad in zip(trainable, grads, strict=True):
+            if grad is not None:
+                param.sub_(step_lr * grad)
+    after = client.shared_state()
+    return {k: after[k] - before[k] for k in before if before[k].is_floating_point()}
+
+
+__all__ = ["attack_surface", "client_leakage", "dlg_attack", "evaluate_client_leakage", "psnr"]

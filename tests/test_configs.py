@@ -1,0 +1,97 @@
+"""Every YAML under configs/ runs as it is (one round, on the embedded data).
+
+Paper-scale configs under ``configs/**/paper/`` need datasets the user downloads; they are
+parsed and their names checked, not run.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import FedlightCLI, main
+from fedlight.clients import CLIENTS
+from fedlight.data.sources import SOURCES
+
+ROOT = Path(__file__).resolve().parents[1] / "configs"
+ALL = sorted(ROOT.rglob("*.yaml"))
+RUNNABLE = [p for p in ALL if "paper" not in p.relative_to(ROOT).parts]
+PAPER = [p for p in ALL if "paper" in p.relative_to(ROOT).parts]
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("config", RUNNABLE, ids=_id)
+def test_config_runs_one_round(config, tmp_path):
+    main(["fit", "-c", str(config), "--trainer.rounds", "1", "--trainer.progress_bar", "false",
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "csv"])
+    summaries = list(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 1
+    summary = json.loads(summaries[0].read_text())
+    assert summary["rounds"] == 1
+    assert 0.0 <= summary["last_personalized_accuracy"] <= 1.0
+
+
+class _ParseOnly(FedlightCLI):
+    def instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        class_name = config.model.class_path.rsplit(".", 1)[-1]
+        assert class_name in CLIENTS, class_name
+        assert config.data.source in SOURCES, config.data.source
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("config", PAPER, ids=_id)
+def test_paper_config_parses(config):
+    _ParseOnly(args=["fit", "-c", str(config)])
+
+
+def test_configs_exist_for_the_core_methods():
+    names = {_id(p) for p in RUNNABLE}
+    for required in ("fedavg/mnist5k_dirichlet.yaml", "fedavg/mnist5k_pathological.yaml",
+                     "local/mnist5k_dirichlet.yaml", "local/mnist5k_pathological.yaml"):
+        assert required in names
+
+
+def test_print_config_works(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--print_config"])
+    assert exit_info.value.code == 0
+    printed = capsys.readouterr().out
+    assert "class_path: fedlight.clients.FedAvg" in printed and "rounds: 30" in printed
+
+
+def test_unknown_model_name_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--model", "FedAvgg"])
+    assert "FedAvgg" in capsys.readouterr().err
+
+
+def test_unknown_source_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown data source 'mnst'"):
+        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--data.source", "mnst",
+              "--trainer.default_root_dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+def test_impossible_partition_is_a_clear_error_and_writes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="11"):
+        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_pathological.yaml"),
+              "--data.classes_per_client", "11", "--trainer.default_root_dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+def test_validate_and_test_evaluate_the_last_run(tmp_path, capsys):
+    config = str(ROOT / "fedavg/mnist5k_dirichlet.yaml")
+    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.progress_bar", "false",
+              "--data.num_clients", "4", "--data.beta", "1.0"]
+    main(["fit", "-c", config, "--trainer.rounds", "1", *common])
+    main(["test", "-c", config, *common])
+    metrics = json.loads(next(tmp_path.glob("*/test_metrics.json")).read_text())
+    assert 0 <= metrics["personalized_accuracy"] <= 1
+    main(["validate", "-c", config, *common])
+    assert "validate_personalized_accuracy" in capsys.readouterr().out

@@ -1,0 +1,271 @@
+"""MAP, FedRS and FedPHP (fedlight/clients/map.py): restricted softmax, HPM, schedule, resume."""
+
+import csv
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedlight.clients import CLIENTS, MAP, ClientContext, FedPHP, FedRS
+from fedlight.clients.map import (
+    hpm_momentum,
+    kd_loss,
+    mmd_loss,
+    restricted_softmax_scales,
+)
+from fedlight.data.datamodule import iterate_batches
+from fedlight.federation.trainer import derive_seed
+from tests.conftest import tiny_data, tiny_trainer
+
+
+def make_client(cls=MAP, **kwargs):
+    torch.manual_seed(0)
+    return cls(**{"backbone": "mlp", "num_classes": 4, "input_shape": (1, 8, 8), "lr": 0.1,
+                  **kwargs})
+
+
+def give_context(client, counts=(5.0, 3.0, 0.0, 0.0), join_ratio=0.5, rounds=4, train_data=None,
+                 batch_size=16):
+    client.context = ClientContext(client_id=0, round=0, rounds=rounds, join_ratio=join_ratio,
+                                   class_counts=torch.tensor(counts), train_data=train_data,
+                                   batch_size=batch_size)
+
+
+def batch(n=12, classes=(0, 1)):
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 1, 8, 8, generator=generator)
+    y = torch.tensor([classes[i % len(classes)] for i in range(n)])
+    return x, y
+
+
+def read_metrics(run_dir):
+    with open(run_dir / "metrics.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+# ----------------------------------------------------------------- restricted softmax
+def test_rs_scales_hard_soft_and_complete_classes_by_hand():
+    counts = torch.tensor([6.0, 3.0, 0.0, 0.0])
+    assert restricted_softmax_scales(counts, 0.9).tolist() == pytest.approx([1, 1, 0.9, 0.9])
+    assert restricted_softmax_scales(counts, 0.5, "soft").tolist() == pytest.approx(
+        [1.0, 0.75, 0.5, 0.5])
+    assert restricted_softmax_scales(counts, 0.9, complete_classes=True).tolist() == (
+        pytest.approx([2 / 3, 1 / 3, 0, 0]))
+
+
+def test_rs_with_alpha_one_equals_plain_cross_entropy():
+    client = make_client(rs_alpha=1.0)
+    give_context(client)
+    client.phase = "rs"
+    x, y = batch()
+    assert torch.equal(client.training_step((x, y), 0), F.cross_entropy(client(x), y))
+    restricted = make_client(rs_alpha=0.5)
+    give_context(restricted)
+    restricted.phase = "rs"
+    assert not torch.allclose(restricted.training_step((x, y), 0), F.cross_entropy(client(x), y))
+
+
+@pytest.mark.parametrize("alpha, zero", [(0.0, True), (0.9, False)])
+def test_rs_with_alpha_zero_gives_no_gradient_to_missing_class_rows(alpha, zero):
+    client = make_client(rs_alpha=alpha)
+    give_context(client, counts=(5.0, 3.0, 0.0, 0.0))
+    client.phase = "rs"
+    client.training_step(batch(), 0).backward()
+    head = client.model.head
+    missing = (head.weight.grad[2:].abs().sum() + head.bias.grad[2:].abs().sum()).item()
+    assert (missing == 0.0) is zero
+    assert head.weight.grad[:2].abs().sum() > 0
+    assert all(p.grad.abs().sum() > 0 for p in client.model.encoder.parameters())
+
+
+# ----------------------------------------------------------------- knowledge transfer
+def test_kd_is_zero_for_equal_logits_and_positive_otherwise():
+    logits = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
+    assert kd_loss(logits, logits.clone()).abs().item() < 1e-6
+    assert kd_loss(logits, logits.flip(0)).item() > 0
+    by_hand = 16 * (F.softmax(logits.flip(0) / 4, -1) * (
+        F.log_softmax(logits.flip(0) / 4, -1) - F.log_softmax(logits / 4, -1))).sum(-1).mean()
+    assert kd_loss(logits, logits.flip(0)).item() == pytest.approx(by_hand.item(), rel=1e-5)
+
+
+def test_mmd_is_zero_for_identical_batches_and_positive_otherwise():
+    features = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    assert mmd_loss(features, features.clone()).abs().item() < 1e-6
+    assert mmd_loss(features, features + 1.0).item() > 1e-3
+    other = torch.randn(16, 6, generator=torch.Generator().manual_seed(1))
+    assert mmd_loss(features, other).item() > 0
+
+
+def test_personalize_phase_uses_the_hpm_only_once_it_exists():
+    client = make_client(lamda=0.5)
+    give_context(client)
+    client.phase = "personalize"
+    x, y = batch()
+    client.on_round_start(0, {})
+    assert torch.equal(client.training_step((x, y), 0), F.cross_entropy(client(x), y))
+    with torch.no_grad():
+        client.hpm.head.bias.add_(1.0)  # a teacher that differs from the student
+    client.hpm_updates.fill_(1)
+    client.on_round_start(1, {})
+    logits = client(x)
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x))
+    assert torch.allclose(client.training_step((x, y), 0), expected)
+    mmd = make_client(kt="mmd", lamda=0.5)
+    give_context(mmd)
+    mmd.phase = "personalize"
+    mmd.hpm_updates.fill_(1)
+    mmd.on_round_start(1, {})
+    features = mmd.model.encoder(x)
+    expected = 0.5 * F.cross_entropy(mmd(x), y) + 0.5 * mmd_loss(features, features)
+    assert torch.allclose(mmd.training_step((x, y), 0), expected)
+
+
+# ----------------------------------------------------------------- schedule and upload
+def test_local_phases_split_the_epochs_and_expose_the_code_schedule():
+    def plan(client, epochs):
+        return [(p.name, p.epochs, p.upload_after, p.lr_scale)
+                for p in client.local_phases(epochs)]
+
+    client = make_client()
+    assert plan(client, 1) == [("rs", 1, True, 1.0)]
+    assert plan(client, 2) == [("rs", 1, True, 1.0), ("personalize", 1, False, 1.0)]
+    assert plan(client, 5) == [("rs", 3, True, 1.0), ("personalize", 2, False, 1.0)]
+    code = make_client(rs_epochs=2, personalize_epochs=1, personalize_lr_scale=0.2)
+    assert plan(code, 2) == [("rs", 2, True, 1.0), ("personalize", 1, False, 0.2)]
+
+
+def test_upload_is_the_phase_one_model_and_the_hpm_the_personalized_one(tmp_path):
+    data = tiny_data(partition="pathological")  # 2 of 4 classes per client: RS matters
+    trainer = tiny_trainer(tmp_path, local_epochs=2, batch_size=16)
+    trainer._prepare(make_client(), data)
+    upload, _, _ = trainer._train_client(1, 0)
+
+    reference = make_client()
+    x, y = data.client_train(1)
+    scales = restricted_softmax_scales(data.class_counts(1), 0.9)
+    assert scales.min() < 1  # client 1 misses classes
+    seed = derive_seed(0, 0, 1)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    for rs_phase in (True, False):
+        optimizer = torch.optim.SGD(reference.model.parameters(), lr=0.1)
+        for xb, yb in iterate_batches(x, y, 16, generator):
+            logits = reference.model(xb)
+            loss = F.cross_entropy(logits * scales if rs_phase else logits, yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if rs_phase:
+            for key, value in reference.shared_state().items():
+                assert torch.equal(upload.state[key], value), key
+    assert not any(k.startswith("hpm") for k in upload.state)
+    stored = trainer.client_states[1]
+    for key, value in reference.model.state_dict().items():
+        assert torch.equal(stored[f"hpm.{key}"], value), key  # first HPM = personalized model
+    assert not torch.equal(stored["hpm.head.weight"], upload.state["model.head.weight"])
+    assert int(stored["hpm_updates"]) == 1
+
+
+# ----------------------------------------------------------------- the HPM
+def test_hpm_update_and_momentum_match_hand_computed_values_over_three_participations():
+    client = make_client()
+    give_context(client, join_ratio=0.5, rounds=4)  # Q * T = 2 expected selections
+    expected_hpm, expected_mu = [1.0, 0.45 * 1.0 + 0.55 * 2.0, None], [0.0, 0.45, 0.9]
+    expected_hpm[2] = 0.9 * expected_hpm[1] + 0.1 * 4.0
+    for z, value in enumerate((1.0, 2.0, 4.0)):
+        assert client.hpm_mu(z) == pytest.approx(expected_mu[z])
+        with torch.no_grad():
+            for p in client.model.parameters():
+                p.fill_(value)
+        client.on_round_start(z, {})
+        client.on_round_end()
+        assert int(client.hpm_updates) == z + 1
+        for p in client.hpm.parameters():
+            assert torch.allclose(p, torch.full_like(p, expected_hpm[z])), z
+    assert hpm_momentum(5, 0.5, 4) == 1.0  # clipped to [0, 1]
+    assert hpm_momentum(1, 0.2, 30, mu=0.9) == pytest.approx(0.15)
+
+
+def test_hpm_batchnorm_statistics_are_reestimated_on_the_training_data():
+    torch.manual_seed(0)
+    client = MAP(backbone="cnn_bn", num_classes=4, input_shape=(1, 16, 16))
+    x = torch.randn(20, 1, 16, 16)
+    y = torch.arange(20) % 4
+    give_context(client, counts=(5.0, 5.0, 5.0, 5.0), train_data=(x, y), batch_size=32)
+    client.on_round_end()
+    conv, norm = client.hpm.encoder.features[0], client.hpm.encoder.features[1]
+    with torch.no_grad():
+        out = conv(x)
+    assert torch.allclose(norm.running_mean, out.mean((0, 2, 3)), atol=1e-5)
+    assert torch.allclose(norm.running_var, out.var((0, 2, 3), unbiased=True), atol=1e-4)
+    assert not client.hpm.training and norm.momentum == 0.1
+
+
+def test_federated_run_logs_hpm_accuracy_and_counts_participations(tmp_path):
+    trainer = tiny_trainer(tmp_path, rounds=3, join_ratio=0.5, local_epochs=2, run_name="m")
+    summary = trainer.fit(make_client(kt="mmd"), tiny_data(partition="pathological"))
+    rows = read_metrics(tmp_path / "m")
+    assert {"hpm_accuracy", "global_accuracy", "train/kt_loss", "train/rs_loss"} <= set(rows[0])
+    assert summary["last_global_accuracy"] is not None
+    for client_id, state in trainer.client_states.items():
+        assert int(state["hpm_updates"]) == trainer.participations[client_id]
+
+
+def test_hpm_state_survives_checkpoint_and_resume(tmp_path):
+    def fit(rounds, name, ckpt_path=None):
+        trainer = tiny_trainer(tmp_path, rounds=rounds, join_ratio=0.5, local_epochs=2,
+                               run_name=name, checkpoint_every=1)
+        trainer.fit(make_client(), tiny_data(partition="pathological"), ckpt_path=ckpt_path)
+        return trainer
+
+    full = fit(4, "full")
+    fit(2, "resumed")
+    resumed = fit(4, "resumed", ckpt_path="last")
+    full_rows, resumed_rows = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "resumed")
+    assert len(full_rows) == 4
+    assert full_rows == [{**r, "seconds": f["seconds"]} for r, f in zip(resumed_rows, full_rows)]
+    assert set(full.client_states) == set(resumed.client_states)
+    for client_id, state in full.client_states.items():
+        assert any(k.startswith("hpm.") for k in state)
+        for key, value in state.items():
+            assert torch.equal(resumed.client_states[client_id][key], value), (client_id, key)
+    for key, value in full.global_state.items():
+        assert torch.equal(resumed.global_state[key], value), key
+
+
+# ----------------------------------------------------------------- variants and bad input
+def test_fedrs_and_fedphp_are_map_with_other_defaults():
+    assert CLIENTS["FedRS"] is FedRS and CLIENTS["FedPHP"] is FedPHP
+    fedrs, fedphp = make_client(FedRS), make_client(FedPHP)
+    assert isinstance(fedrs, MAP) and isinstance(fedphp, MAP)
+    assert fedrs.kt == "none" and fedrs.hpm is None and fedrs.partition.private == ()
+    assert fedrs.has_global_model and set(fedrs.eval_outputs(batch()[0])) == {"personalized"}
+    assert fedphp.rs_alpha == 1.0 and fedphp.kt == "kd" and fedphp.hpm is not None
+    assert set(fedphp.eval_outputs(batch()[0])) == {"personalized", "hpm"}
+    assert all(not p.requires_grad for p in fedphp.hpm.parameters())
+    fedphp.train()
+    assert fedphp.model.training and not fedphp.hpm.training
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rs_alpha": 1.5}, r"rs_alpha must be in \[0, 1\], got 1.5"),
+    ({"lamda": -0.1}, r"lamda must be in \[0, 1\], got -0.1"),
+    ({"rs_mode": "medium"}, "unknown rs_mode 'medium'; valid: hard, soft"),
+    ({"kt": "l2"}, "unknown kt 'l2'; valid: kd, mmd, none"),
+    ({"tau": 0.0}, "tau .* must be positive, got 0.0"),
+    ({"mu": -1.0}, "mu .* must be >= 0, got -1.0"),
+    ({"rs_epochs": 0}, "rs_epochs must be at least 1"),
+    ({"personalize_epochs": -1}, "personalize_epochs must be >= 0"),
+    ({"personalize_lr_scale": 0.0}, "personalize_lr_scale must be positive, got 0.0"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_client(**kwargs)
+
+
+def test_mmd_bandwidth_follows_the_pooled_batch():
+    # Scaling both batches scales every distance and b alike: the loss is scale-invariant.
+    x = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
+    y = torch.randn(10, 4, generator=torch.Generator().manual_seed(3))
+    assert math.isclose(mmd_loss(x, y).item(), mmd_loss(10 * x, 10 * y).item(), rel_tol=1e-4)
