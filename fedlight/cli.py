@@ -4,6 +4,7 @@
     fedlight fit -c configs/fedavg/mnist5k_dirichlet.yaml --trainer.rounds 5
     fedlight fit --model FedAvg --data.partition iid --print_config
     fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
+    fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
 
 ``--model`` takes any client class (short name such as ``FedAvg`` or a class path); the input
 shape and the class count are linked from the data module and never repeated in a YAML.
@@ -11,8 +12,12 @@ shape and the class count are linked from the data module and never repeated in 
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -20,6 +25,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
+from fedlight.data.pfllib import export_pfllib
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -80,9 +86,38 @@ class FedlightCLI(LightningCLI):
         return trainer
 
 
+def export_partition(argv: list[str]) -> None:
+    """``fedlight export-partition CONFIG_OR_RUN_DIR OUT_DIR``: write a split in PFLlib's layout.
+
+    Given a run folder, its ``partition.json`` is exported exactly; given a YAML config, the
+    split its ``data`` section generates.
+    """
+    parser = argparse.ArgumentParser(prog="fedlight export-partition",
+                                     description=export_partition.__doc__.split("\n")[0])
+    parser.add_argument("source", help="a run folder or a fedlight YAML config")
+    parser.add_argument("out_dir", help="folder to write train/<i>.npz, test/<i>.npz, config.json")
+    options = parser.parse_args(argv)
+    source = Path(options.source)
+    config_path = source / "config.yaml" if source.is_dir() else source
+    if not config_path.is_file():
+        parser.error(f"{str(config_path)!r} does not exist (give a run folder or a YAML config)")
+    data_config = dict(yaml.safe_load(config_path.read_text()).get("data") or {})
+    if source.is_dir():
+        data_config.update(partition="file", partition_file=str(source / "partition.json"))
+    folder = export_pfllib(FederatedDataModule(**data_config), options.out_dir)
+    print(f"wrote a PFLlib dataset folder to {folder}")
+
+
+TOOLS = {"export-partition": export_partition}
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``fedlight`` console script."""
-    FedlightCLI(args=args if args is not None else sys.argv[1:])
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv and argv[0] in TOOLS:
+        TOOLS[argv[0]](argv[1:])
+        return
+    FedlightCLI(args=argv)
 
 
 if __name__ == "__main__":

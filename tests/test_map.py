@@ -213,17 +213,30 @@ def test_federated_run_logs_hpm_accuracy_and_counts_participations(tmp_path):
 
 
 def test_hpm_state_survives_checkpoint_and_resume(tmp_path):
-    def fit(rounds, name, ckpt_path=None):
-        trainer = tiny_trainer(tmp_path, rounds=rounds, join_ratio=0.5, local_epochs=2,
-                               run_name=name, checkpoint_every=1)
-        trainer.fit(make_client(), tiny_data(partition="pathological"), ckpt_path=ckpt_path)
-        return trainer
+    # mu_k depends on T = trainer.rounds, so the interrupted run is a 4-round run that crashes
+    # in round 3 (after the round-2 checkpoint), then is resumed to 4 rounds.
+    def trainer(name):
+        return tiny_trainer(tmp_path, rounds=4, join_ratio=0.5, local_epochs=2, run_name=name,
+                            checkpoint_every=1)
 
-    full = fit(4, "full")
-    fit(2, "resumed")
-    resumed = fit(4, "resumed", ckpt_path="last")
+    full = trainer("full")
+    full.fit(make_client(), tiny_data(partition="pathological"))
+    crashing = make_client()
+
+    def crash(round_idx, message):
+        if round_idx == 2:
+            raise RuntimeError("simulated crash")
+        MAP.on_round_start(crashing, round_idx, message)
+
+    crashing.on_round_start = crash
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer("resumed").fit(crashing, tiny_data(partition="pathological"))
+    assert len(read_metrics(tmp_path / "resumed")) == 2
+    resumed = trainer("resumed")
+    resumed.fit(make_client(), tiny_data(partition="pathological"), ckpt_path="last")
+
     full_rows, resumed_rows = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "resumed")
-    assert len(full_rows) == 4
+    assert len(full_rows) == 4 and "hpm_accuracy" in full_rows[0]
     assert full_rows == [{**r, "seconds": f["seconds"]} for r, f in zip(resumed_rows, full_rows)]
     assert set(full.client_states) == set(resumed.client_states)
     for client_id, state in full.client_states.items():

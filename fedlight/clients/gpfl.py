@@ -29,9 +29,12 @@ class ConditionalValve(nn.Module):
         self.gamma = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.LayerNorm(dim))
         self.beta = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.LayerNorm(dim))
 
-    def forward(self, features: Tensor, condition: Tensor) -> Tensor:
-        """``features`` ``(B, K)`` and one ``condition`` ``(K,)`` -> transformed ``(B, K)``."""
-        return F.relu((self.gamma(condition) + 1) * features + self.beta(condition))
+    def forward(self, features: Tensor, conditions: Tensor) -> Tensor:
+        """``features`` ``(B, K)`` and ``R`` conditional vectors ``(R, K)`` -> the ``R``
+        transformed batches ``(R, B, K)`` (one pass of each sub-network for all routes)."""
+        gamma = self.gamma(conditions).unsqueeze(1)
+        beta = self.beta(conditions).unsqueeze(1)
+        return F.relu((gamma + 1) * features.unsqueeze(0) + beta)
 
 
 class GPFL(FederatedClient):
@@ -201,11 +204,18 @@ class GPFL(FederatedClient):
         features = self.model.encoder(x)
         if self.cov is None:
             return features, features
-        return self.cov(features, self.g), self.cov(features, self.p)
+        global_features, personal_features = self.cov(features, torch.stack([self.g, self.p]))
+        return global_features, personal_features
+
+    def personalized_features(self, x: Tensor) -> Tensor:
+        """``f_P`` alone (what prediction needs; ``phi(x)`` when ``use_cov`` is False)."""
+        self._ensure_conditions()
+        features = self.model.encoder(x)
+        return features if self.cov is None else self.cov(features, self.p[None])[0]
 
     def forward(self, x: Tensor) -> Tensor:
         """Personalized logits ``psi(f_P)``."""
-        return self.model.head(self.routes(x)[1])
+        return self.model.head(self.personalized_features(x))
 
     def alignment_logits(self, global_features: Tensor) -> Tensor:
         """Cosine similarities ``sim(f_G, C[u])`` to every trainable embedding, ``(B, U)``."""

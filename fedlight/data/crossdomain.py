@@ -117,11 +117,22 @@ def _resize(images: Tensor) -> Tensor:
     """``(N, C, H, W)`` in [0, 1] -> ``(N, C, 32, 32)`` (bilinear), clipped to [0, 1]."""
     if images.shape[-2:] == (SIZE, SIZE):
         return images
-    return F.interpolate(images, size=(SIZE, SIZE), mode="bilinear", align_corners=False).clamp(0, 1)
+    resized = F.interpolate(images, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
+    return resized.clamp(0, 1)
 
 
 def _rgb(grey: Tensor) -> Tensor:
     return grey.expand(-1, 3, -1, -1).contiguous()
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist32() -> tuple[Tensor, np.ndarray]:
+    """MNIST-5k resized to ``(5000, 1, 32, 32)`` in [0, 1], and its labels (read once)."""
+    from fedlight.data.sources import _mnist5k_arrays
+
+    pixels, labels = _mnist5k_arrays()
+    grey = torch.from_numpy(np.asarray(pixels, np.float32)).reshape(-1, 1, 28, 28) / 255
+    return _resize(grey), np.asarray(labels, np.int64)
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,7 +142,8 @@ def _photos() -> tuple[Tensor, ...]:
 
     pyramids = []
     for name in ("china.jpg", "flower.jpg"):
-        photo = torch.from_numpy(np.array(load_sample_image(name))).permute(2, 0, 1).float().div(255.0)
+        pixels = np.array(load_sample_image(name))  # (H, W, 3) uint8, copied: writable
+        photo = torch.from_numpy(pixels).permute(2, 0, 1).float().div(255.0)
         for factor in (1, 2, 4):
             pyramids.append(F.avg_pool2d(photo[None], factor)[0] if factor > 1 else photo)
     return tuple(pyramids)
@@ -204,11 +216,8 @@ def make_digits5(
         raise ValueError(f"test_fraction={test_fraction} is invalid; use 0 <= test_fraction < 1")
     from sklearn.datasets import load_digits
 
-    from fedlight.data.sources import _mnist5k_arrays
-
     rng = np.random.default_rng(seed)
-    pixels, mnist_labels = _mnist5k_arrays()
-    mnist = _resize(torch.from_numpy(np.asarray(pixels, np.float32)).reshape(-1, 1, 28, 28) / 255)
+    mnist, mnist_labels = _mnist32()
     # Disjoint MNIST subsets: per class, consecutive blocks of a permutation, one per domain.
     subsets: dict[str, list[np.ndarray]] = {name: [] for name in _MNIST_DOMAINS}
     for c in range(10):

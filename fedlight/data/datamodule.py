@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlight.data.partition import partition_labels, split_client
+from fedlight.data.partition import PARTITIONS, partition_labels, split_client
+from fedlight.data.pfllib import read_partition_file
 from fedlight.data.sources import SourceData, load_source
 from fedlight.data.stats import format_stats_table, partition_stats, save_heatmap
 
@@ -78,8 +79,12 @@ class FederatedDataModule(L.LightningDataModule):
             ``root`` (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``); see
             ``fedlight.data.sources.SOURCES``.
         num_clients: number of clients.
-        partition: ``iid``, ``dirichlet``, ``pathological``, ``shards``, ``incomplete`` or
-            ``domains``; see ``fedlight.data.partition``.
+        partition: ``iid``, ``dirichlet``, ``pathological``, ``shards``, ``incomplete``,
+            ``domains`` (see ``fedlight.data.partition``) or ``file`` (read
+            ``partition_file``). A source that carries its own split (``pfllib``) ignores it.
+        partition_file: JSON file of per-client index lists for ``partition: file``:
+            ``{"clients": [{"train": [...], "test": [...]}, ...]}`` (a run's
+            ``partition.json`` is one); ``num_clients`` is then the file's.
         beta: Dirichlet concentration (``dirichlet``).
         classes_per_client: classes per client (``pathological``).
         shards_per_client: shards per client (``shards``).
@@ -104,6 +109,7 @@ class FederatedDataModule(L.LightningDataModule):
         source: str = "mnist5k",
         num_clients: int = 20,
         partition: str = "dirichlet",
+        partition_file: str | None = None,
         beta: float = 0.1,
         classes_per_client: int = 2,
         shards_per_client: int = 2,
@@ -122,12 +128,19 @@ class FederatedDataModule(L.LightningDataModule):
         super().__init__()
         if num_clients < 1:
             raise ValueError(f"num_clients must be at least 1, got {num_clients}")
+        if partition not in (*PARTITIONS, "file"):
+            raise ValueError(f"unknown partition {partition!r}; valid: "
+                             f"{', '.join((*PARTITIONS, 'file'))}")
+        if partition == "file" and not partition_file:
+            raise ValueError("partition 'file' needs data.partition_file (a JSON file of "
+                             "per-client train/test index lists)")
         if not 0 < train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
         self.save_hyperparameters()
         self.source = source
         self.num_clients = num_clients
         self.partition = partition
+        self.partition_file = partition_file
         self.partition_options = dict(
             beta=beta, classes_per_client=classes_per_client, shards_per_client=shards_per_client,
             min_client_size=min_client_size, size_sigma=size_sigma,
@@ -172,6 +185,24 @@ class FederatedDataModule(L.LightningDataModule):
         merge = self.merge_test and data.x_test is not None
         self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
         self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
+        self.splits = self._split(data, merge)
+        if len(self.splits) != self.num_clients:
+            print(f"fedlight: the {self.source} split has {len(self.splits)} clients; "
+                  f"num_clients={self.num_clients} is replaced by it")
+            self.num_clients = len(self.splits)
+        if data.x_test is not None and not merge:
+            self.global_x, self.global_y = data.x_test, data.y_test
+        else:
+            test_index = torch.from_numpy(np.concatenate([s.test for s in self.splits]))
+            self.global_x, self.global_y = self.pool_x[test_index], self.pool_y[test_index]
+
+    def _split(self, data: SourceData, merge: bool) -> list[ClientSplit]:
+        if data.client_splits is not None:  # the source comes split into clients already
+            return [ClientSplit(train, test) for train, test in data.client_splits]
+        if self.partition == "file":
+            assert self.partition_file is not None
+            return [ClientSplit(train, test) for train, test in
+                    read_partition_file(self.partition_file, len(self.pool_y))]
         domains = data.domains_train
         if merge and domains is not None and data.domains_test is not None:
             domains = np.concatenate([data.domains_train, data.domains_test])
@@ -180,20 +211,16 @@ class FederatedDataModule(L.LightningDataModule):
             domains=domains, **self.partition_options,
         )
         rng = np.random.default_rng(self.seed)
-        self.splits = [ClientSplit(*split_client(idx, self.train_fraction, rng))
-                       for idx in client_indices]
-        for i, split in enumerate(self.splits):
+        splits = [ClientSplit(*split_client(idx, self.train_fraction, rng))
+                  for idx in client_indices]
+        for i, split in enumerate(splits):
             if len(split.test) == 0 and self.train_fraction < 1:
                 raise ValueError(
                     f"client {i} has {len(split.train)} samples and gets no test sample with "
                     f"train_fraction={self.train_fraction}; raise min_client_size or lower "
                     "num_clients"
                 )
-        if data.x_test is not None and not merge:
-            self.global_x, self.global_y = data.x_test, data.y_test
-        else:
-            test_index = torch.from_numpy(np.concatenate([s.test for s in self.splits]))
-            self.global_x, self.global_y = self.pool_x[test_index], self.pool_y[test_index]
+        return splits
 
     def _require_setup(self) -> list[ClientSplit]:
         if self.splits is None:

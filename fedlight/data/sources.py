@@ -53,6 +53,9 @@ class SourceData:
     domains_train: np.ndarray | None = None  # int domain id per train sample
     domains_test: np.ndarray | None = None
     domain_names: list[str] | None = None
+    # A source that comes already split into clients (``pfllib``): per-client (train, test)
+    # index arrays into x_train; the data module then uses it instead of a partitioner.
+    client_splits: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -278,6 +281,16 @@ _LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
 from fedlight.data.crossdomain import CROSSDOMAIN_LOADERS  # noqa: E402
 
 _LOADERS.update(CROSSDOMAIN_LOADERS)
+
+
+def _load_pfllib(request: SourceRequest) -> SourceData:
+    """A folder written by PFLlib's dataset generators, read with its own client split."""
+    from fedlight.data.pfllib import load_pfllib  # imported here: pfllib imports this module
+
+    return load_pfllib(request.root)
+
+
+_LOADERS["pfllib"] = _load_pfllib
 
 SOURCES: tuple[str, ...] = tuple(_LOADERS)
 

@@ -38,6 +38,7 @@ from fedlight.federation.outputs import (
     summarize,
 )
 from fedlight.federation.progress import RoundProgress, final_table
+from fedlight.privacy import client_leakage, make_client_dp, noise_generator
 
 CHECKPOINT_VERSION = 1
 
@@ -83,6 +84,17 @@ class FederatedTrainer:
         eval_batch_size: batch size of evaluation.
         progress_bar: show a rich progress bar over rounds.
         threads: torch intra-op threads (``None`` leaves torch's default).
+        dp_clip_norm: client-level DP (DP-FedAvg, :mod:`fedlight.privacy.dp`): clip each
+            upload's difference from the sent shared state to this L2 norm; ``None`` = no DP.
+            Needs ``weighting: uniform``. Logs ``dp_epsilon`` and reports it in summary.json.
+        dp_noise_multiplier: Gaussian noise std on the sum of clipped updates, in units of
+            ``dp_clip_norm``.
+        dp_delta: the ``delta`` at which ``dp_epsilon`` is reported.
+        dlg_every: every this many rounds (on evaluation rounds), attack client 0's one-step
+            update with DLG (:func:`fedlight.privacy.client_leakage`) and log ``dlg_psnr``.
+        dlg_batches: batches attacked each time (the PSNR is their mean).
+        dlg_options: more :func:`fedlight.privacy.client_leakage` options, e.g.
+            ``{"surface": "model", "iterations": 300, "batch_size": 1}``.
     """
 
     def __init__(
@@ -106,6 +118,12 @@ class FederatedTrainer:
         eval_batch_size: int = 512,
         progress_bar: bool = True,
         threads: int | None = None,
+        dp_clip_norm: float | None = None,
+        dp_noise_multiplier: float = 0.0,
+        dp_delta: float = 1e-5,
+        dlg_every: int | None = None,
+        dlg_batches: int = 1,
+        dlg_options: dict[str, Any] | None = None,
     ) -> None:
         _check_positive(rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
                         eval_every=eval_every, checkpoint_every=checkpoint_every,
@@ -129,6 +147,11 @@ class FederatedTrainer:
         self.eval_batch_size = eval_batch_size
         self.progress_bar = progress_bar
         self.threads = threads
+        self.dp = make_client_dp(dp_clip_norm, dp_noise_multiplier, dp_delta, weighting)
+        if dlg_every is not None:
+            _check_positive(dlg_every=dlg_every, dlg_batches=dlg_batches)
+        self.dlg_every, self.dlg_batches = dlg_every, dlg_batches
+        self.dlg_options = dict(dlg_options or {})
         self.fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
                              precision=precision, loggers=[])
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
@@ -195,6 +218,7 @@ class FederatedTrainer:
         self.participations = [0] * self.num_clients
         self.message: dict[str, Any] = {}
         self.history = []
+        self.round_seconds: list[float] = []  # train + aggregate time of each round run here
         self.totals = {"seconds": 0.0, "bytes_up": 0, "bytes_down": 0}
 
     def _default_run_name(self) -> str:
@@ -265,7 +289,8 @@ class FederatedTrainer:
         evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
         participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx)
         started = time.perf_counter()
-        total = WeightedSum()
+        total = (self.dp.accumulator(self.global_state, noise_generator(self.seed, round_idx))
+                 if self.dp else WeightedSum())
         payloads: list[dict[str, Any]] = []
         weights: list[float] = []
         train_loss = torch.zeros((), device=self.fabric.device)
@@ -292,6 +317,7 @@ class FederatedTrainer:
             self.global_state = total.mean()
         self.message = type(self.client).aggregate_payloads(payloads, weights)
         seconds = time.perf_counter() - started
+        self.round_seconds.append(seconds)
         self.totals["seconds"] += seconds
         self.totals["bytes_up"] += bytes_up
         self.totals["bytes_down"] += bytes_down * len(participants)
@@ -304,6 +330,10 @@ class FederatedTrainer:
         row["bytes_up"] = bytes_up
         row["bytes_down"] = bytes_down * len(participants)
         row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
+        if self.dp is not None:
+            row["dp_epsilon"] = self.dp.epsilon(round_idx + 1, self.join_ratio)
+        if self.dlg_every and (round_idx + 1) % self.dlg_every == 0:
+            row["dlg_psnr"] = self._dlg_psnr(round_idx)
         return row
 
     # ================================================================= one client's local work
@@ -346,6 +376,19 @@ class FederatedTrainer:
         self.participations[client_id] += 1
         self.client_states[client_id] = client.client_state()
         return upload, loss_sum, steps
+
+    def _dlg_psnr(self, round_idx: int) -> float:
+        """DLG leakage (PSNR, dB) of client 0 loaded as it would be for the next round."""
+        self._load_client(0)
+        self.client.context = ClientContext(
+            client_id=0, round=round_idx + 1, rounds=self.rounds, join_ratio=self.join_ratio,
+            class_counts=self.class_counts[0], participations=self.participations[0],
+            train_data=self.train_data[0], batch_size=self.batch_size,
+        )
+        self.client.train()
+        self.client.on_round_start(round_idx + 1, self.message)
+        return client_leakage(self.client, self.train_data[0], self.dlg_batches,
+                              seed=derive_seed(self.seed, round_idx, 0), **self.dlg_options)
 
     def _run_phase(self, phase: Phase, client_id: int, generator: torch.Generator
                    ) -> tuple[Tensor, int]:
@@ -467,6 +510,7 @@ class FederatedTrainer:
             "bytes_up": self.totals["bytes_up"],
             "bytes_down": self.totals["bytes_down"],
             "run_dir": str(self.run.path),
+            **(self.dp.summary(self.rounds, self.join_ratio) if self.dp else {}),
         })
         self.run.write_json("summary.json", summary)
         per_client = self._per_client_rows()

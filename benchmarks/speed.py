@@ -1,0 +1,197 @@
+"""How fast is a fedlight round against the practical floor (a hand-written PyTorch loop)?
+
+Workload (GPFL's default): mnist5k, 20 clients, Dirichlet(0.1), join ratio 1, batch 10,
+1 local epoch, the 4-layer CNN, FedAvg. Three ways in one run, on identical batches:
+
+1. fedlight's ``FederatedTrainer`` (Fabric, one live module, state swapping);
+2. a raw PyTorch loop: per client, load the global weights, SGD over the same batches,
+   weighted average of the state dicts (the practical floor);
+3. for information, one ``lightning.Trainer.fit`` per client per round.
+
+Printed: median seconds per round after warm-up, samples per second, the fedlight / raw
+ratio, the analytic floor (training FLOPs of a round / the machine's measured FLOP/s for the
+same model at a large batch) and the per-client overhead ((round time - compute time) /
+clients, compute time = the same steps in a tight loop with no client switching). Threads are
+pinned; nothing is logged or evaluated inside the timed region.
+
+    python benchmarks/speed.py                 # ~3 minutes on 2 cores
+    python benchmarks/speed.py --methods FedAvg GPFL MAP --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fedlight.clients import CLIENTS  # noqa: E402
+from fedlight.data import FederatedDataModule, iterate_batches  # noqa: E402
+from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
+from fedlight.federation.aggregate import WeightedSum  # noqa: E402
+
+BATCH = 10
+LR = 0.005
+
+
+def make_data() -> FederatedDataModule:
+    data = FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", beta=0.1)
+    data.setup()
+    return data
+
+
+def make_client(name: str, data: FederatedDataModule):
+    torch.manual_seed(0)
+    return CLIENTS[name](backbone="cnn", num_classes=data.num_classes,
+                         input_shape=data.input_shape, lr=LR)
+
+
+def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as root:
+        trainer = FederatedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
+                                   accelerator="cpu", default_root_dir=root, progress_bar=False,
+                                   checkpoint_every=10**6)
+        # Evaluation and the checkpoint run after the last round, outside round_seconds.
+        trainer.fit(make_client(name, data), data)
+        return trainer.round_seconds
+
+
+def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
+    model = make_client("FedAvg", data).model
+    global_state = copy.deepcopy(model.state_dict())
+    clients = [data.client_train(i) for i in range(data.num_clients)]
+    times = []
+    for round_idx in range(rounds):
+        started = time.perf_counter()
+        total = WeightedSum()
+        for client_id, (x, y) in enumerate(clients):
+            model.load_state_dict(global_state)
+            optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+            seed = derive_seed(0, round_idx, client_id)
+            torch.manual_seed(seed)
+            for xb, yb in iterate_batches(x, y, BATCH, torch.Generator().manual_seed(seed)):
+                loss = F.cross_entropy(model(xb), yb)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            total.add(model.state_dict(), len(y))
+        global_state = total.mean()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def time_lightning_trainer(data: FederatedDataModule, rounds: int) -> list[float]:
+    import lightning as L
+
+    client = make_client("FedAvg", data)
+    global_state = copy.deepcopy(client.state_dict())
+    views = [data.client(i) for i in range(data.num_clients)]
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        total = WeightedSum()
+        for view in views:
+            client.load_state_dict(global_state)
+            trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False,
+                                enable_model_summary=False, num_sanity_val_steps=0,
+                                limit_val_batches=0)
+            trainer.fit(client, train_dataloaders=view.train_dataloader())
+            total.add(client.state_dict(), len(view.train_set))
+        global_state = total.mean()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def compute_time(data: FederatedDataModule) -> tuple[float, int]:
+    """Seconds of one round's steps in a tight loop (no client switching) and its samples."""
+    model = make_client("FedAvg", data).model
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    batches = [b for i in range(data.num_clients)
+               for b in iterate_batches(*data.client_train(i), BATCH, torch.Generator())]
+    started = time.perf_counter()
+    for xb, yb in batches:
+        F.cross_entropy(model(xb), yb).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - started, sum(len(b[1]) for b in batches)
+
+
+def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, float]:
+    """(seconds, FLOP/s): training FLOPs of one round / measured throughput at batch 256."""
+    model = make_client("FedAvg", data).model
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    x = torch.randn(256, *data.input_shape)
+    y = torch.randint(0, data.num_classes, (256,))
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), y).backward()
+    flops_per_sample = counter.get_total_flops() / 256
+    for _ in range(2):  # warm-up
+        F.cross_entropy(model(x), y).backward()
+    started = time.perf_counter()
+    steps = 8
+    for _ in range(steps):
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    throughput = flops_per_sample * 256 * steps / (time.perf_counter() - started)
+    return flops_per_sample * samples / throughput, throughput
+
+
+def median_after_warmup(times: list[float], warmup: int) -> float:
+    return statistics.median(times[warmup:] if len(times) > warmup else times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--lightning-rounds", type=int, default=2,
+                        help="rounds of the Trainer-per-client way (0 skips it)")
+    parser.add_argument("--methods", nargs="+", default=["FedAvg", "GPFL", "MAP"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+
+    data = make_data()
+    compute, samples = compute_time(data)
+    compute = min(compute, compute_time(data)[0])
+    floor, throughput = analytic_floor(data, samples)
+    raw = median_after_warmup(time_raw_loop(data, args.rounds), args.warmup)
+    clients = data.num_clients
+    print(f"torch {torch.__version__}, {args.threads} threads; {clients} clients, "
+          f"{samples} training samples per round, batch {BATCH}")
+    print(f"analytic floor        {floor:8.3f} s/round  ({throughput / 1e9:.1f} GFLOP/s at "
+          "batch 256)")
+    print(f"tight loop (compute)  {compute:8.3f} s/round")
+    print(f"raw PyTorch loop      {raw:8.3f} s/round  {samples / raw:8.0f} samples/s  "
+          f"overhead {(raw - compute) / clients * 1e3:6.2f} ms/client")
+    for name in args.methods:
+        if name not in CLIENTS:
+            print(f"{name:21s} (not available)")
+            continue
+        seconds = median_after_warmup(time_fedlight(name, data, args.rounds), args.warmup)
+        line = (f"fedlight {name:12s} {seconds:8.3f} s/round  {samples / seconds:8.0f} "
+                f"samples/s  overhead {(seconds - compute) / clients * 1e3:6.2f} ms/client")
+        if name == "FedAvg":
+            line += f"  ratio fedlight/raw = {seconds / raw:.3f}"
+        print(line)
+    if args.lightning_rounds:
+        seconds = statistics.median(time_lightning_trainer(data, args.lightning_rounds))
+        print(f"Trainer per client    {seconds:8.3f} s/round  {samples / seconds:8.0f} samples/s  "
+              f"ratio Trainer/raw = {seconds / raw:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Splits that come from elsewhere: PFLlib dataset folders and partition files, and export.
+
+PFLlib's generators write ``<folder>/train/<i>.npz`` and ``<folder>/test/<i>.npz`` (each an
+``np.savez_compressed`` of ``data={"x": ..., "y": ...}``, inputs already normalized) plus
+``<folder>/config.json`` (``num_clients``, ``num_classes``, ...). The ``pfllib`` source reads
+such a folder as it is: client ``i`` trains on ``train/i.npz`` and is tested on
+``test/i.npz``; nothing is re-partitioned and nothing re-normalized.
+
+A partition file (``data.partition: file``, ``data.partition_file: split.json``) gives
+per-client index lists over any source: ``{"clients": [{"train": [...], "test": [...]}]}``,
+indices into the source's train split followed by its test split when ``merge_test``. Every
+run folder's ``partition.json`` is such a file.
+
+``export_pfllib`` writes any fedlight split in PFLlib's layout, so PFLlib trains on the very
+same clients and samples.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlight.data.sources import SourceData
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"PFLlib folder is missing client file {str(path)!r}")
+    with np.load(path, allow_pickle=True) as archive:
+        if "data" not in archive:
+            raise ValueError(f"{str(path)!r} has no 'data' entry (PFLlib writes data={{x, y}})")
+        record = archive["data"].tolist()
+    if not isinstance(record, dict) or not {"x", "y"} <= set(record):
+        raise ValueError(f"{str(path)!r}: 'data' must be a dict with 'x' and 'y'")
+    x, y = np.asarray(record["x"]), np.asarray(record["y"])
+    if len(x) != len(y):
+        raise ValueError(f"{str(path)!r}: x has {len(x)} samples but y has {len(y)}")
+    return x, y
+
+
+def load_pfllib(root: str | None) -> SourceData:
+    """Read a PFLlib dataset folder; the returned ``SourceData`` carries its client split."""
+    if root is None:
+        raise ValueError("data source 'pfllib' needs data.root: the PFLlib dataset folder "
+                         "holding config.json, train/ and test/")
+    folder = Path(root)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"no PFLlib config.json in {str(folder)!r}; expected "
+                                "<root>/config.json, <root>/train/<i>.npz, <root>/test/<i>.npz")
+    config = json.loads(config_path.read_text())
+    num_clients = int(config["num_clients"])
+    xs, ys, splits, offset = [], [], [], 0
+    for split_name in ("train", "test"):
+        for client_id in range(num_clients):
+            x, y = _read_npz(folder / split_name / f"{client_id}.npz")
+            xs.append(x)
+            ys.append(y)
+            index = np.arange(offset, offset + len(y))
+            offset += len(y)
+            if split_name == "train":
+                splits.append([index, None])
+            else:
+                splits[client_id][1] = index
+    y_all = np.concatenate(ys).astype(np.int64)
+    num_classes = int(config.get("num_classes") or int(y_all.max()) + 1)
+    if y_all.min() < 0 or y_all.max() >= num_classes:
+        raise ValueError(f"labels in {str(folder)!r} fall outside 0..{num_classes - 1}")
+    return SourceData(
+        x_train=torch.from_numpy(np.concatenate(xs).astype(np.float32)),
+        y_train=torch.from_numpy(y_all), x_test=None, y_test=None, num_classes=num_classes,
+        client_splits=tuple((train, test) for train, test in splits),
+    )
+
+
+def read_partition_file(path: str | Path, pool_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per-client ``(train, test)`` index arrays from a partition JSON file, validated: every
+    index in ``0..pool_size-1``, no sample in two places, no client without training data."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"partition file {str(path)!r} does not exist")
+    record = json.loads(path.read_text())
+    clients = record.get("clients") if isinstance(record, dict) else None
+    if not isinstance(clients, list) or not clients:
+        raise ValueError(f"{str(path)!r} must hold {{\"clients\": [{{\"train\": [...], "
+                         "\"test\": [...]}, ...]}} with at least one client")
+    owner: dict[int, str] = {}
+    splits = []
+    for client_id, client in enumerate(clients):
+        train = np.asarray(client.get("train", []), dtype=np.int64)
+        test = np.asarray(client.get("test", []), dtype=np.int64)
+        if len(train) == 0:
+            raise ValueError(f"{str(path)!r}: client {client_id} has no training sample")
+        for name, index in (("train", train), ("test", test)):
+            bad = index[(index < 0) | (index >= pool_size)]
+            if len(bad):
+                raise ValueError(f"{str(path)!r}: client {client_id} {name} index {int(bad[0])} "
+                                 f"is out of range 0..{pool_size - 1}")
+            for i in index.tolist():
+                where = f"client {client_id} {name}"
+                if i in owner:
+                    raise ValueError(f"{str(path)!r}: sample {i} is in {owner[i]} and in {where}")
+                owner[i] = where
+        splits.append((train, test))
+    return splits
+
+
+def export_pfllib(datamodule: Any, folder: str | Path) -> Path:
+    """Write a data module's split in PFLlib's layout under ``folder`` and return it."""
+    folder = Path(folder)
+    datamodule.setup()
+    stats = datamodule.stats()
+    for split_name in ("train", "test"):
+        (folder / split_name).mkdir(parents=True, exist_ok=True)
+    for client_id in range(datamodule.num_clients):
+        for split_name, (x, y) in (("train", datamodule.client_train(client_id)),
+                                   ("test", datamodule.client_test(client_id))):
+            with (folder / split_name / f"{client_id}.npz").open("wb") as handle:
+                np.savez_compressed(handle, data={"x": x.numpy(), "y": y.numpy()})
+    config = {
+        "num_clients": datamodule.num_clients,
+        "num_classes": datamodule.num_classes,
+        "non_iid": datamodule.partition != "iid",
+        "balance": False,
+        "partition": datamodule.partition,
+        "Size of samples for labels in clients": [
+            [[label, count] for label, count in enumerate(c["train_label_counts"]) if count]
+            for c in stats["clients"]
+        ],
+        "alpha": datamodule.partition_options["beta"],
+        "batch_size": datamodule.batch_size,
+        "exported_by": "fedlight",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

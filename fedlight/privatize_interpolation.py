@@ -1,0 +1,234 @@
+"""The interpolation trick of "Aggregate or Not?" (Sec. 5.5, Fig. 9): evaluation only.
+
+After training the two-branch ``"AaBb"`` model (:class:`~fedlight.clients.Privatize` with
+``way="AaBb"``, or an Auto* client), for ``alpha, beta`` on a grid in ``[0, 1]``::
+
+    h = alpha E_s(x) + (1 - alpha) E_p(x)
+    p = beta softmax(C_s(h)) + (1 - beta) softmax(C_p(h))
+
+and score ``argmax p`` on every client's local test split with that client's private copies.
+``alpha = beta = 1`` is the shared model ("AB"), ``alpha = beta = 0`` the private one ("ab").
+
+Python::
+
+    rows = interpolation_grid(model, datamodule, "runs/<run>/checkpoints/last.ckpt", step=0.1)
+
+Command line (reads the run's ``config.yaml`` and ``checkpoints/last.ckpt``, writes
+``interpolation.csv`` and ``interpolation.png`` into the run folder unless ``--out`` says
+otherwise)::
+
+    python -m fedlight.privatize_interpolation runs/privatize-mnist5k-pathological-s0
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedlight.clients.privatize import Privatize
+from fedlight.data.datamodule import FederatedDataModule, iterate_batches
+
+
+def grid_values(step: float) -> list[float]:
+    """``0, step, 2 step, ..., 1``; ``step`` must divide 1 (0.1, 0.05, 0.25, ...)."""
+    count = round(1 / step) if step > 0 else 0
+    if count < 1 or abs(count * step - 1) > 1e-6:
+        raise ValueError(f"step must be in (0, 1] and divide 1 (e.g. 0.1 or 0.25), got {step}")
+    return [round(i / count, 10) for i in range(count + 1)]
+
+
+def _check_model(model: Privatize) -> None:
+    if not isinstance(model, Privatize) or model.way != "AaBb" or model.cut != "coarse":
+        way = getattr(model, "way", None)
+        raise ValueError(
+            "the interpolation needs the two-branch model: Privatize(way='AaBb', cut='coarse') "
+            f"or an Auto* client; got {type(model).__name__} with way {way!r}"
+        )
+
+
+@torch.inference_mode()
+def interpolation_grid(
+    model: Privatize,
+    datamodule: FederatedDataModule,
+    checkpoint_path: str | Path,
+    step: float = 0.1,
+    batch_size: int = 1024,
+    device: str | torch.device = "cpu",
+) -> list[dict[str, float]]:
+    """Personalized accuracy for every ``(alpha, beta)`` of the grid, from a saved run.
+
+    Args:
+        model: a freshly built client of the run's configuration (``Privatize`` with
+            ``way="AaBb"``, or ``AutoCS`` / ``AutoSA`` / ``AutoHS``; their ``psi`` is ignored).
+        datamodule: the run's data module (same source, partition and seed).
+        checkpoint_path: the run's ``checkpoints/last.ckpt`` (``global_state`` +
+            ``client_states``; a client that never trained uses ``initial_private``).
+        step: grid step; ``alpha`` and ``beta`` take ``0, step, ..., 1``.
+        batch_size: evaluation batch size.
+        device: where to evaluate.
+
+    Returns:
+        One row per ``(alpha, beta)``: ``alpha``, ``beta``, ``accuracy`` (pooled over all
+        clients' local test samples, as ``personalized_accuracy``) and ``accuracy_mean``
+        (mean of the per-client accuracies, the paper's Def. 3.3).
+    """
+    _check_model(model)
+    values = grid_values(step)
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    datamodule.setup("fit")
+    model = model.to(device).eval()
+    n = len(values)
+    pooled = torch.zeros(n, n, dtype=torch.float64)
+    per_client_means = torch.zeros(n, n, dtype=torch.float64)
+    total, clients = 0, 0
+    weights = torch.tensor(values, device=device)
+    for client_id in range(datamodule.num_clients):
+        private = checkpoint["client_states"].get(client_id, checkpoint["initial_private"])
+        model.load_state_dict({**checkpoint["global_state"], **private}, strict=True)
+        x, y = (t.to(device) for t in datamodule.client_test(client_id))
+        if len(y) == 0:
+            continue
+        correct = torch.zeros(n, n, dtype=torch.float64, device=device)
+        for xb, yb in iterate_batches(x, y, batch_size):
+            correct += _correct_counts(model, xb, yb, weights)
+        pooled += correct.cpu()
+        per_client_means += correct.cpu() / len(y)
+        total += len(y)
+        clients += 1
+    if total == 0:
+        raise ValueError("no client has a local test sample")
+    return [{"alpha": a, "beta": b, "accuracy": float(pooled[i, j] / total),
+             "accuracy_mean": float(per_client_means[i, j] / clients)}
+            for i, a in enumerate(values) for j, b in enumerate(values)]
+
+
+def _correct_counts(model: Privatize, x: torch.Tensor, y: torch.Tensor,
+                    weights: torch.Tensor) -> torch.Tensor:
+    """Correct predictions of one batch for every (alpha, beta): shape (n, n)."""
+    shared_h, private_h = model.model.encoder(x), model.private["a"](x)
+    rows = []
+    for alpha in weights:
+        h = alpha * shared_h + (1 - alpha) * private_h
+        p_shared = F.softmax(model.model.head(h), dim=-1)
+        p_private = F.softmax(model.private["b"](h), dim=-1)
+        mixed = (weights.view(-1, 1, 1) * p_shared + (1 - weights.view(-1, 1, 1)) * p_private)
+        rows.append((mixed.argmax(-1) == y).sum(-1))
+    return torch.stack(rows).double()
+
+
+# ===================================================================== outputs
+def write_csv(rows: Sequence[dict[str, float]], path: str | Path) -> Path:
+    """The grid as a CSV table (one row per ``(alpha, beta)``)."""
+    path = Path(path)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str = "",
+                 metric: str = "accuracy") -> Path:
+    """Heatmap of ``metric`` over ``alpha`` (rows) and ``beta`` (columns), as the paper's
+    Fig. 9; the best cell is outlined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    alphas = sorted({r["alpha"] for r in rows})
+    betas = sorted({r["beta"] for r in rows})
+    table = {(r["alpha"], r["beta"]): r[metric] for r in rows}
+    grid = [[table[(a, b)] for b in betas] for a in alphas]
+    size = max(4.0, 0.55 * len(betas) + 1.5)
+    figure, axes = plt.subplots(figsize=(size, size * 0.85))
+    image = axes.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+    axes.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
+    axes.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
+    axes.set_xlabel("beta (weight of the shared classifier's probabilities)")
+    axes.set_ylabel("alpha (weight of the shared encoder's feature)")
+    if len(betas) <= 11:
+        low, high = min(map(min, grid)), max(map(max, grid))
+        for i, row in enumerate(grid):
+            for j, value in enumerate(row):
+                bright = high > low and (value - low) / (high - low) > 0.6
+                axes.text(j, i, f"{100 * value:.1f}", ha="center", va="center", fontsize=7,
+                          color="black" if bright else "white")
+    best = max(range(len(rows)), key=lambda k: rows[k][metric])
+    bi, bj = alphas.index(rows[best]["alpha"]), betas.index(rows[best]["beta"])
+    axes.add_patch(plt.Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
+    figure.colorbar(image, ax=axes, label=f"personalized {metric}")
+    axes.set_title(title or "interpolation between shared and private components")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return Path(path)
+
+
+# ===================================================================== command line
+def load_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
+    """Rebuild a run's client and data module from its ``config.yaml`` (through the CLI's
+    parser, so short class names and linked arguments resolve as in ``fedlight fit``)."""
+    from fedlight.cli import FedlightCLI
+
+    config = Path(run_dir) / "config.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"{str(config)!r} does not exist: pass a run folder written "
+                                "by `fedlight fit`")
+
+    class _Build(FedlightCLI):
+        def _run_subcommand(self, subcommand: str) -> None:  # build, do not train
+            pass
+
+    cli = _Build(args=["fit", "-c", str(config), "--trainer.progress_bar", "false"])
+    return cli.model, cli.datamodule
+
+
+def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | None = None,
+                      checkpoint: str | Path | None = None, device: str = "cpu"
+                      ) -> dict[str, Any]:
+    """Evaluate the grid of a run folder; write ``interpolation.csv`` / ``.png`` into ``out``
+    (default: the run folder). Returns the rows, the best cell and the two file paths."""
+    run_dir = Path(run_dir)
+    checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist")
+    model, datamodule = load_run(run_dir)
+    rows = interpolation_grid(model, datamodule, checkpoint, step=step, device=device)
+    out_dir = Path(out) if out else run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = write_csv(rows, out_dir / "interpolation.csv")
+    png_path = plot_heatmap(rows, out_dir / "interpolation.png", title=run_dir.name)
+    best = max(rows, key=lambda r: r["accuracy"])
+    return {"rows": rows, "best": best, "csv": csv_path, "png": png_path}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m fedlight.privatize_interpolation RUN_DIR [--step 0.1] [--out DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m fedlight.privatize_interpolation",
+        description="Interpolation trick of 'Aggregate or Not?' (Fig. 9) on a trained AaBb run.")
+    parser.add_argument("run_dir", help="run folder (holds config.yaml and checkpoints/)")
+    parser.add_argument("--step", type=float, default=0.1, help="grid step of alpha and beta")
+    parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint file (default: RUN_DIR/checkpoints/last.ckpt)")
+    parser.add_argument("--device", default="cpu", help="evaluation device (cpu, cuda, ...)")
+    args = parser.parse_args(argv)
+    result = run_interpolation(args.run_dir, args.step, args.out, args.checkpoint, args.device)
+    rows = {(r["alpha"], r["beta"]): r["accuracy"] for r in result["rows"]}
+    best = result["best"]
+    print(f"alpha=beta=1 (shared model): {rows[(1.0, 1.0)]:.4f}   "
+          f"alpha=beta=0 (private model): {rows[(0.0, 0.0)]:.4f}   "
+          f"best: {best['accuracy']:.4f} at alpha={best['alpha']:g}, beta={best['beta']:g}")
+    print(f"wrote {result['csv']} and {result['png']}")
+
+
+if __name__ == "__main__":
+    main()

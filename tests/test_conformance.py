@@ -1,0 +1,124 @@
+"""The contract every client class meets, run over every class in ``fedlight.clients.CLIENTS``
+(a new method file joins automatically).
+
+Each class is built with its defaults plus ``num_classes`` / ``input_shape`` (so with its own
+default backbone) on synthetic 1x28x28 data:
+
+* what leaves a client is exactly its shared partition: no private tensor in an upload;
+* averaging identical uploads gives back that upload;
+* the same seed gives the same metrics;
+* a few local steps on a tiny batch lower the method's own loss, in every local phase.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+
+import pytest
+import torch
+
+from fedlight.clients import CLIENTS, ClientContext, FederatedClient
+from fedlight.federation.aggregate import weighted_mean
+from tests.conftest import tiny_data, tiny_trainer
+
+NUM_CLASSES = 4
+SHAPE = (1, 28, 28)
+CLASSES = sorted(CLIENTS.items())
+IDS = [name for name, _ in CLASSES]
+
+
+def build(cls: type[FederatedClient]) -> FederatedClient:
+    torch.manual_seed(0)
+    return cls(num_classes=NUM_CLASSES, input_shape=SHAPE)
+
+
+def data(num_clients: int = 2, samples: int = 24):
+    return tiny_data(num_clients=num_clients, synthetic_shape=SHAPE, synthetic_samples=samples,
+                     synthetic_classes=NUM_CLASSES)
+
+
+def started(cls: type[FederatedClient]) -> FederatedClient:
+    """A client in the state the trainer puts it in before its first local phase."""
+    client = build(cls)
+    module = data()
+    module.setup("fit")
+    client.context = ClientContext(
+        client_id=0, round=0, rounds=2, join_ratio=1.0, class_counts=module.class_counts(0),
+        participations=0, train_data=module.client_train(0), batch_size=10)
+    torch.manual_seed(0)
+    client.train()
+    client.on_round_start(0, {})
+    return client
+
+
+@pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
+def test_upload_holds_exactly_the_shared_partition(name, cls):
+    client = started(cls)
+    upload = client.upload()
+    partition = client.partition
+    assert list(upload.state) == list(partition.shared), name
+    assert not set(upload.state) & set(partition.private)
+    assert not set(upload.payload) & set(partition.private)
+    private_storage = {t.untyped_storage().data_ptr() for k, t in client.state_dict().items()
+                       if k in set(partition.private) and t.numel()}
+    for key, tensor in upload.state.items():
+        assert tensor.untyped_storage().data_ptr() not in private_storage, key
+
+
+@pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
+def test_aggregating_identical_uploads_returns_that_upload(name, cls):
+    state = started(cls).upload().state
+    mean = weighted_mean([dict(state) for _ in range(3)], [1.0, 2.0, 7.0])
+    assert set(mean) == set(state)
+    for key, value in state.items():
+        assert mean[key].dtype == value.dtype and torch.equal(mean[key], value), key
+
+
+def _metrics(run_dir) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv") as handle:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(handle)]
+
+
+@pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
+def test_same_seed_gives_the_same_metrics(name, cls, tmp_path):
+    runs = []
+    for run in ("a", "b"):
+        trainer = tiny_trainer(tmp_path, rounds=2, join_ratio=0.5, batch_size=10, run_name=run,
+                               checkpoint_every=2)
+        trainer.fit(build(cls), data())
+        runs.append(_metrics(tmp_path / run))
+    assert len(runs[0]) == 2 and runs[0] == runs[1]
+
+
+def _freeze(client: FederatedClient, patterns: tuple[str, ...] | None) -> None:
+    for param_name, param in client.named_parameters():
+        param.requires_grad_(patterns is None
+                             or any(fnmatch.fnmatchcase(param_name, p) for p in patterns))
+
+
+@pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
+def test_local_steps_lower_the_loss_in_every_phase(name, cls):
+    client = started(cls)
+    x, y = client.context.train_data
+    trainable = [p.requires_grad for p in client.parameters()]
+    for phase in client.local_phases(1):
+        if phase.epochs == 0:
+            continue
+        client.phase = phase.name
+        _freeze(client, phase.trainable)
+        optimizer = client.configure_optimizers()
+        optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+        losses = []
+        for step in range(12):
+            torch.manual_seed(1)  # the same noise (dropout, Gumbel, ...) at every step
+            output = client.training_step((x, y), step)
+            loss = output["loss"] if isinstance(output, dict) else output
+            loss.backward()
+            client.on_before_optimizer_step(optimizer)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss))
+        assert losses[-1] < losses[0], f"{name}, phase {phase.name!r}: {losses}"
+    for param, flag in zip(client.parameters(), trainable, strict=True):
+        param.requires_grad_(flag)
