@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
