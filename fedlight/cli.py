@@ -5,6 +5,7 @@
     fedlight fit --model FedAvg --data.partition iid --print_config
     fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
     fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
+    fedlight report runs/* --out report/                         # tables and plots of runs
 
 ``--model`` takes any client class (short name such as ``FedAvg`` or a class path); the input
 shape and the class count are linked from the data module and never repeated in a YAML.
@@ -107,7 +108,14 @@ def export_partition(argv: list[str]) -> None:
     print(f"wrote a PFLlib dataset folder to {folder}")
 
 
-TOOLS = {"export-partition": export_partition}
+def report(argv: list[str]) -> None:
+    """``fedlight report RUN_DIR... --out DIR``: tables and plots from run folders."""
+    from fedlight.report import main as report_main
+
+    report_main(argv)
+
+
+TOOLS = {"export-partition": export_partition, "report": report}
 
 
 def main(args: list[str] | None = None) -> None:

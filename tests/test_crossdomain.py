@@ -52,7 +52,7 @@ def test_images_are_in_unit_range_and_domains_differ(images):
             gap = (stats[a] - stats[b]).abs().max().item()
             assert gap > 0.03, (DIGITS5_DOMAINS[a], DIGITS5_DOMAINS[b], gap)
     grey = [DIGITS5_DOMAINS.index(n) for n in ("mnist", "usps_like", "mnist_inverted")]
-    assert all(stats[d, 2] == 0 for d in grey)  # grey replicated to three channels
+    assert all(stats[d, 2] < 1e-6 for d in grey)  # grey replicated to three channels
     assert stats[DIGITS5_DOMAINS.index("mnist_inverted"), 0] > 0.7  # white background
 
 

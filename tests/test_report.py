@@ -1,0 +1,56 @@
+import json
+
+import pytest
+
+from fedlight.cli import main
+from fedlight.clients import FedAvg, Local
+from fedlight.report import read_run, write_report
+from tests.conftest import tiny_data, tiny_trainer
+
+
+def run(tmp_path, cls, seed, **trainer_kwargs):
+    client = cls(backbone="mlp", num_classes=4, input_shape=(1, 8, 8), lr=0.1)
+    name = f"{cls.__name__}-{seed}"
+    tiny_trainer(tmp_path, rounds=2, seed=seed, run_name=name, **trainer_kwargs).fit(
+        client, tiny_data())
+    return tmp_path / name
+
+
+def test_report_tables_and_pngs_from_two_methods(tmp_path):
+    runs = [run(tmp_path, cls, seed) for cls in (FedAvg, Local) for seed in (0, 1)]
+    main(["report", *map(str, runs), "--out", str(tmp_path / "report"), "--compare", "Local",
+          "FedAvg"])
+    report = (tmp_path / "report" / "report.md").read_text()
+    fedavg_row = next(line for line in report.splitlines() if line.startswith("| FedAvg"))
+    best = [json.loads((r / "summary.json").read_text())["best_personalized_accuracy"]
+            for r in runs[:2]]
+    mean = 100 * sum(best) / 2
+    assert f"{mean:.2f} ±" in fedavg_row and "| 2 |" in fedavg_row
+    assert "synthetic/iid" in fedavg_row
+    local_row = next(line for line in report.splitlines() if line.startswith("| Local"))
+    assert "| - | - |" in local_row  # Local has no global model
+    for png in ("curves.png", "partition_synthetic_iid.png",
+                "client_gain_Local_vs_FedAvg_synthetic_iid.png"):
+        assert (tmp_path / "report" / png).stat().st_size > 1000, png
+    assert "% of clients gain accuracy" in report
+
+
+def test_report_rejects_a_folder_that_is_not_a_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a finished fedlight run"):
+        write_report([tmp_path], tmp_path / "out")
+
+
+def test_offline_wandb_run_holds_metrics_and_images(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    path = run(tmp_path, FedAvg, 0, logger=["wandb", "tensorboard"])
+    offline = next((path / "wandb").glob("offline-run-*"))
+    logged = next(offline.glob("run-*.wandb")).read_bytes()
+    for key in (b"personalized_accuracy", b"global_accuracy", b"train_loss"):
+        assert key in logged
+    images = sorted(p.name for p in (offline / "files" / "media" / "images").iterdir())
+    assert any(n.startswith("accuracy") for n in images)
+    assert any(n.startswith("partition") for n in images)
+    assert list((offline / "files" / "media" / "table").glob("per_client_accuracy*.json"))
+    assert list((path / "tensorboard").glob("events.out.tfevents.*"))
+    assert read_run(path).method == "FedAvg"
