@@ -64,3 +64,11 @@ def test_aggregation_weights():
 def test_state_bytes_counts_nested_tensors():
     message = {"w": torch.zeros(10), "protos": {0: torch.zeros(4, dtype=torch.float64)}}
     assert state_bytes(message) == 10 * 4 + 4 * 8
+
+
+def test_adding_a_state_never_modifies_it():
+    state = {"w": torch.ones(3, dtype=torch.float64), "v": torch.ones(2)}
+    total = WeightedSum()
+    total.add(state, 5.0)
+    assert torch.equal(state["w"], torch.ones(3, dtype=torch.float64))
+    assert torch.equal(state["v"], torch.ones(2))

@@ -237,7 +237,8 @@ def test_hpm_state_survives_checkpoint_and_resume(tmp_path):
 
     full_rows, resumed_rows = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "resumed")
     assert len(full_rows) == 4 and "hpm_accuracy" in full_rows[0]
-    assert full_rows == [{**r, "seconds": f["seconds"]} for r, f in zip(resumed_rows, full_rows)]
+    assert full_rows == [{**r, "seconds": f["seconds"]}
+                         for r, f in zip(resumed_rows, full_rows, strict=True)]
     assert set(full.client_states) == set(resumed.client_states)
     for client_id, state in full.client_states.items():
         assert any(k.startswith("hpm.") for k in state)
