@@ -6,6 +6,7 @@
     fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
     fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
     fedlight report runs/* --out report/                         # tables and plots of runs
+    fedlight interpolate runs/<AaBb run>                         # alpha/beta interpolation grid
 
 ``--model`` takes any client class (short name such as ``FedAvg`` or a class path); the input
 shape and the class count are linked from the data module and never repeated in a YAML.
@@ -115,7 +116,14 @@ def report(argv: list[str]) -> None:
     report_main(argv)
 
 
-TOOLS = {"export-partition": export_partition, "report": report}
+def interpolate(argv: list[str]) -> None:
+    """``fedlight interpolate RUN_DIR``: the privatization paper's interpolation grid."""
+    from fedlight.privatize_interpolation import main as interpolation_main
+
+    interpolation_main(argv)
+
+
+TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate}
 
 
 def main(args: list[str] | None = None) -> None:

@@ -151,8 +151,8 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
     image = axes.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
     axes.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
     axes.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
-    axes.set_xlabel("beta (weight of the shared classifier's probabilities)")
-    axes.set_ylabel("alpha (weight of the shared encoder's feature)")
+    axes.set_xlabel("beta (weight of the shared classifier)")
+    axes.set_ylabel("alpha (weight of the shared encoder)")
     if len(betas) <= 11:
         low, high = min(map(min, grid)), max(map(max, grid))
         for i, row in enumerate(grid):

@@ -309,3 +309,12 @@ def test_fedproto_prototype_prediction_picks_the_nearest_global_prototype():
                               "counts": torch.ones(4)})
     assert client(x[:4]).argmax(-1).tolist() == [0, 1, 2, 3]
     assert set(client.eval_outputs(x)) == {"personalized", "head"}
+
+
+def test_ditto_global_model_is_trained_exactly_as_fedavg(tmp_path):
+    fedavg = tiny_trainer(tmp_path, rounds=2, join_ratio=0.5, run_name="avg")
+    fedavg.fit(make(FedAvg), tiny_data())
+    ditto = tiny_trainer(tmp_path, rounds=2, join_ratio=0.5, run_name="ditto")
+    ditto.fit(make(Ditto), tiny_data())
+    for key, value in fedavg.global_state.items():
+        assert torch.equal(ditto.global_state[key], value), key

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedlight.clients import GPFL, ClientContext, FedAvg
+from fedlight.clients import CLIENTS, GPFL, ClientContext, FedAvg
 from tests.conftest import tiny_data, tiny_trainer
 
 NUM_CLASSES = 4
@@ -210,12 +210,19 @@ def test_without_gce_no_table_no_guidance_and_constant_conditions():
                        F.cross_entropy(ablated.model.head(f_p), y))
 
 
-def test_without_cov_and_gce_gpfl_is_fedper(tmp_path):
+@pytest.mark.parametrize("reference", ["FedAvg+private head", "FedPer"])
+def test_without_cov_and_gce_gpfl_is_fedper(tmp_path, reference):
+    base = dict(backbone="mlp", num_classes=NUM_CLASSES, input_shape=(1, 8, 8), lr=0.1)
+    if reference == "FedPer":
+        if "FedPer" not in CLIENTS:
+            pytest.skip("no FedPer class in fedlight.clients")
+        torch.manual_seed(0)
+        fedper = CLIENTS["FedPer"](**base)
+    else:
+        torch.manual_seed(0)
+        fedper = FedAvg(**base, extra_private=["model.head.*"])
     gpfl_trainer = tiny_trainer(tmp_path, rounds=2, run_name="gpfl")
     gpfl_trainer.fit(make_gpfl(use_cov=False, use_gce=False), tiny_data())
-    torch.manual_seed(0)
-    fedper = FedAvg(backbone="mlp", num_classes=NUM_CLASSES, input_shape=(1, 8, 8), lr=0.1,
-                    extra_private=["model.head.*"])
     fedper_trainer = tiny_trainer(tmp_path, rounds=2, run_name="fedper")
     fedper_trainer.fit(fedper, tiny_data())
     assert gpfl_trainer.global_state.keys() == fedper_trainer.global_state.keys()

@@ -260,6 +260,8 @@ def test_fedrs_and_fedphp_are_map_with_other_defaults():
     assert all(not p.requires_grad for p in fedphp.hpm.parameters())
     fedphp.train()
     assert fedphp.model.training and not fedphp.hpm.training
+    assert fedphp.has_global_model
+    assert not make_client(extra_private=["model.head.*"]).has_global_model
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -206,6 +206,15 @@ def test_federated_run_keeps_private_copies_on_clients(aabb_run):
     assert rows[-1]["global_accuracy"] != ""
 
 
+def test_two_branch_shared_model_trains_exactly_as_fedavg(aabb_run, tmp_path):
+    trainer, data, _ = aabb_run
+    fedavg = tiny_trainer(tmp_path, rounds=2, weighting="uniform")
+    fedavg.fit(make(FedAvg), data)
+    assert set(trainer.global_state) == set(fedavg.global_state)
+    for key, value in fedavg.global_state.items():
+        assert torch.equal(trainer.global_state[key], value), key
+
+
 @pytest.mark.parametrize(("way", "reference"), [("AB", FedAvg), ("ab", Local)])
 def test_all_shared_is_fedavg_and_all_private_is_local(tmp_path, way, reference):
     def run(client, name):
@@ -218,6 +227,9 @@ def test_all_shared_is_fedavg_and_all_private_is_local(tmp_path, way, reference)
     ours, ours_trainer = run(make(way=way), "ours")
     theirs, their_trainer = run(make(reference), "theirs")
     assert ours == theirs
+    assert set(ours_trainer.global_state) == set(their_trainer.global_state)
+    for key, value in their_trainer.global_state.items():
+        assert torch.equal(ours_trainer.global_state[key], value), key
     for client_id, state in their_trainer.client_states.items():
         for key, value in state.items():
             assert torch.equal(ours_trainer.client_states[client_id][key], value), key

@@ -28,7 +28,9 @@ def standardized(train: np.ndarray, test: np.ndarray) -> tuple[torch.Tensor, tor
 
 
 def test_registry() -> None:
-    assert SOURCES == ("mnist5k", "digits", "synthetic", "mnist", "fmnist", "cifar10", "cifar100")
+    for name in ("mnist5k", "digits", "synthetic", "mnist", "fmnist", "cifar10", "cifar100",
+                 "digits5", "pfllib"):
+        assert name in SOURCES
 
 
 def test_mnist5k() -> None:

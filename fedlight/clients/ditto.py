@@ -33,9 +33,10 @@ class Ditto(FederatedClient):
 
     Args:
         lamda: weight of the pull of the personal model towards the received global model,
-            ``>= 0`` (``0``: the personal model is trained locally only). The paper tunes it per
-            dataset from ``{0.05, 0.1, 0.2, 0.5, 1, 2}`` (on local validation data) and uses
-            ``1`` as its fixed value when not tuning; the default here is ``1``.
+            ``>= 0`` (``0``: the personal model is trained locally only). The paper selects it
+            per device on local validation data (from ``{0.05, 0.1, 0.2}`` or ``{0.1, 1, 2}``)
+            and uses a fixed ``1`` where a device has too few validation samples; the default
+            here is ``1``.
         personal_epochs: local epochs of the personal phase (the paper's ``s`` local steps,
             counted in epochs), ``>= 1``. The global phase runs the trainer's ``local_epochs``.
         **kwargs: the base client's arguments (``backbone``, ``lr``, ...).

@@ -29,8 +29,8 @@ class FedProto(FederatedClient):
     """FedProto client: all weights private; per-class prototypes are the only communication.
 
     Args:
-        lamda: weight of the prototype regularizer, ``>= 0``. The paper's experiments (and its
-            released code) use ``1``.
+        lamda: weight of the prototype regularizer, ``>= 0``; default ``1``, the default of
+            the authors' released code (the paper states no single value).
         predict_by: ``"head"`` (the local classifier, default) or ``"prototype"`` (the class of
             the nearest global prototype in squared Euclidean distance, the paper's inference
             rule). Whichever is not chosen is reported too, as ``prototype_accuracy`` or

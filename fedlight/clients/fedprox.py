@@ -24,8 +24,8 @@ class FedProx(FederatedClient):
 
     Args:
         mu: weight of the proximal term, ``>= 0`` (``0`` is FedAvg). The paper has no single
-            default: it picks ``mu`` per dataset from ``{0.001, 0.01, 0.1, 0.5, 1}`` and reports
-            ``1`` as best on MNIST, FEMNIST and Synthetic, ``0.01`` on Sent140 and ``0.001`` on
+            default: it picks ``mu`` per dataset from ``{0.001, 0.01, 0.1, 1}``, ``1`` being
+            best on MNIST, FEMNIST and Synthetic, ``0.01`` on Sent140 and ``0.001`` on
             Shakespeare; the default here is its MNIST value, ``1``.
         **kwargs: the base client's arguments (``backbone``, ``lr``, ``extra_private``, ...).
 

@@ -47,12 +47,14 @@ class FedRoD(FederatedClient):
     Each step minimizes ``L_generic + L_personal`` with one optimizer. ``L_personal`` reaches
     neither the feature extractor nor the generic head (both detached): the paper learns the
     personalized head on top of the generic model without letting the personal objective change
-    it. ``forward`` (personalized accuracy) is ``g(z) + p_k(z)``, ``global_forward`` (global
-    accuracy) is ``g(z)``.
+    it (GPFL's reading of FedRoD too: no gradient from the personalized objective reaches the
+    feature extractor). ``forward`` (personalized accuracy) is ``g(z) + p_k(z)``;
+    ``global_forward`` (global accuracy) is ``g(z)``.
 
     Choices where the paper is silent: the personalized head is a linear layer like the generic
     one, initialized at zero so that a client's first personalized prediction is the generic
-    one; the paper's hyper-network variant that generates ``p_k`` is not implemented.
+    one (PFLlib-style code copies the generic head's initialization instead); the paper's
+    hyper-network variant that generates ``p_k`` is not implemented.
     """
 
     def __init__(self, generic_loss: str = "bsm", **kwargs: Any) -> None:

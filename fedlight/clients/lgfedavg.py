@@ -18,9 +18,8 @@ class LGFedAvg(FederatedClient):
 
     Takes the base client's arguments only. Choices where the paper leaves room:
 
-    * the cut is the backbone's ``encoder`` / ``head`` split, i.e. one global layer (the paper's
-      MNIST / CIFAR models keep 2-3 top layers global; move more layers to the server by
-      choosing a backbone cut, not by substring);
+    * the cut is the backbone's ``encoder`` / ``head`` split, i.e. one global layer (the paper
+      chooses how many top layers are global per model);
     * the paper optionally starts from local models pre-trained with FedAvg and from a
       warm-up of local-only epochs; neither is done here: every client starts from the same
       random initialization and trains encoder and head jointly on cross-entropy each round;

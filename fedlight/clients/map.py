@@ -235,8 +235,9 @@ class MAP(FederatedClient):
 
     @property
     def has_global_model(self) -> bool:
-        """True: :meth:`global_forward` is the shared model (the HPM is private but unused)."""
-        return True
+        """True while the full model is shared (the HPM is private but :meth:`global_forward`
+        never reads it); False when ``extra_private`` keeps part of ``model`` on the clients."""
+        return not any(k.startswith("model.") for k in self.partition.private)
 
     def train(self, mode: bool = True) -> MAP:
         """Lightning's ``train``, except that the frozen HPM always stays in eval mode."""

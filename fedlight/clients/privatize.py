@@ -215,6 +215,10 @@ class Privatize(FederatedClient):
     ``private_path_accuracy`` columns). A global model exists (:attr:`has_global_model`, the
     aggregation accuracy of the paper) exactly when every block has an uppercase copy; it is
     the uppercase copies applied in order, which the evaluation takes from the aggregated state.
+    A consequence of the construction: in ``"AaBb"`` the two paths never meet, no private loss
+    reaches a shared copy, and the shared model trains exactly as FedAvg's with the same seed;
+    the private branch only adds the ensemble (in ``"ABb"`` or ``"AaB"`` it does not: the
+    private CE flows into the shared encoder, or the shared CE into the private encoder).
     """
 
     def __init__(

@@ -63,6 +63,7 @@ are the closest that works with ``partition: domains``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # sources.py imports this module: import it lazily at run tim
 
 __all__ = [
     "CROSSDOMAIN_LOADERS", "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
+    "to_source",
 ]
 
 DIGITS5_DOMAINS: tuple[str, ...] = (
@@ -260,8 +262,6 @@ def make_digits5(
 
 def to_source(images: DomainImages) -> SourceData:
     """Standardize (per channel, pooled train statistics) and pack as a ``SourceData``."""
-    import dataclasses
-
     from fedlight.data.sources import _from_arrays
 
     train, test = ~images.test, images.test
@@ -320,7 +320,7 @@ def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
     for d, name in enumerate(TORCHVISION_DOMAINS):
         for train, count in ((True, TORCHVISION_TRAIN_PER_DOMAIN),
                              (False, TORCHVISION_TEST_PER_DOMAIN)):
-            x, y = _open_torchvision(name, root, train, download and train)
+            x, y = _open_torchvision(name, root, train, download)
             pick = torch.from_numpy(np.sort(rng.choice(len(y), min(count, len(y)), replace=False)))
             xs.append(x[pick])
             ys.append(y[pick].numpy())

@@ -23,12 +23,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from lightning.fabric import Fabric
 from torch import Tensor
 
 from fedlight.clients.base import ClientContext, FederatedClient, Phase, Upload
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 from fedlight.federation.aggregate import WEIGHTINGS, WeightedSum, state_bytes
+from fedlight.federation.distributed import (
+    Distributed,
+    RoundGradScale,
+    SilentRunFolder,
+    check_scale_options,
+    drop_clients,
+    launch,
+    make_fabric,
+    needs_launch,
+)
 from fedlight.federation.evaluation import Score, score_outputs, summarize_clients
 from fedlight.federation.outputs import (
     RunFolder,
@@ -38,6 +47,7 @@ from fedlight.federation.outputs import (
     summarize,
 )
 from fedlight.federation.progress import RoundProgress, final_table
+from fedlight.federation.store import ClientStore, make_store
 from fedlight.privacy import client_leakage, make_client_dp, noise_generator
 
 CHECKPOINT_VERSION = 1
@@ -71,9 +81,27 @@ class FederatedTrainer:
         seed: seed of client sampling, batch order and the module's randomness.
         weighting: aggregation weights, ``samples`` (sample counts) or ``uniform``.
         accelerator: Fabric accelerator (``auto``, ``cpu``, ``cuda``, ...).
-        devices: Fabric devices.
-        num_nodes: Fabric nodes.
-        precision: Fabric precision: ``32-true``, ``bf16-mixed``, ``16-mixed``, ...
+        devices: Fabric devices; more than one (or ``num_nodes > 1``) runs one process per
+            device, each training the sampled clients it owns (client ``i`` on rank
+            ``i % world_size``); results do not depend on the number of processes (see
+            :mod:`fedlight.federation.distributed`).
+        num_nodes: Fabric nodes (multi-node runs are started by ``torchrun`` or SLURM).
+        precision: Fabric precision: ``32-true``, ``bf16-mixed``, ``16-mixed`` (fp16 on GPU;
+            Fabric falls back to bf16 on CPU), ... The local training step runs under
+            ``fabric.autocast()``.
+        strategy: how several processes are started: ``auto`` / ``ddp`` (re-runs the command
+            per rank, for the CLI and scripts), ``ddp_spawn`` / ``ddp_fork`` (from Python:
+            tests, notebooks). Always Fabric's DDP process group without the
+            ``DistributedDataParallel`` wrapper (ranks train different clients).
+        client_state_storage: where each client's private state lives between rounds:
+            ``memory`` (CPU tensors) or ``disk`` (one sparse memory-mapped file, see
+            :mod:`fedlight.federation.store`). Clients that never trained store nothing.
+        client_state_dir: folder of the ``disk`` store's file (unlinked as soon as it is
+            mapped); default ``default_root_dir``.
+        drop_rate: share of each round's sampled clients that train but fail to report
+            (PFLlib's client drop rate): their upload is not aggregated, their private state
+            update is kept (the device did train). Drawn from ``(seed, round)``; at least one
+            client reports. Logged as ``dropped`` when positive.
         default_root_dir: runs are written to ``<default_root_dir>/<run name>/``.
         run_name: the run folder's name; default ``<method>-<source>-<partition>-s<seed>``
             (``-v2``, ``-v3``... appended when that folder already exists).
@@ -110,6 +138,10 @@ class FederatedTrainer:
         devices: int | str = 1,
         num_nodes: int = 1,
         precision: str = "32-true",
+        strategy: str = "auto",
+        client_state_storage: str = "memory",
+        client_state_dir: str | None = None,
+        drop_rate: float = 0.0,
         default_root_dir: str = "runs",
         run_name: str | None = None,
         logger: bool | str | list[str] = "csv",
@@ -152,8 +184,11 @@ class FederatedTrainer:
             _check_positive(dlg_every=dlg_every, dlg_batches=dlg_batches)
         self.dlg_every, self.dlg_batches = dlg_every, dlg_batches
         self.dlg_options = dict(dlg_options or {})
-        self.fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
-                             precision=precision, loggers=[])
+        check_scale_options(strategy, drop_rate, client_state_storage)
+        self.client_state_storage = client_state_storage
+        self.client_state_dir = client_state_dir
+        self.drop_rate = drop_rate
+        self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.run: RunFolder | None = None
         self.history: list[dict[str, Any]] = []
@@ -163,8 +198,11 @@ class FederatedTrainer:
             ckpt_path: str | None = None) -> dict[str, Any]:
         """Train for ``rounds`` rounds (from a checkpoint when ``ckpt_path`` is given: a path,
         or ``last`` for this configuration's latest run) and return the summary."""
+        if needs_launch(self.fabric):  # several processes: start them, each runs fit
+            return launch(self, "fit", model, datamodule, ckpt_path)
         self._prepare(model, datamodule)
-        checkpoint = self._load_checkpoint(ckpt_path) if ckpt_path else None
+        checkpoint = (self.dist.share_checkpoint(lambda: self._load_checkpoint(ckpt_path))
+                      if ckpt_path else None)
         run = self._open_run(checkpoint, ckpt_path)
         try:
             summary = self._fit_rounds(checkpoint)
@@ -203,18 +241,26 @@ class FederatedTrainer:
         self.datamodule = datamodule
         self.num_clients = datamodule.num_clients
         _ = model.partition  # resolve and check the shared / private patterns now
+        self.dist = Distributed(self.fabric)
+        self.grad_scale = RoundGradScale(self.fabric)
         self.module = self.fabric.setup_module(model)
         device = self.fabric.device
+        # Each process holds the data of the clients it owns (all of them with one process).
         self.train_data = [tuple(t.to(device) for t in datamodule.client_train(i))
-                           for i in range(self.num_clients)]
+                           if self.dist.owns(i) else None for i in range(self.num_clients)]
         self.test_data = [tuple(t.to(device) for t in datamodule.client_test(i))
-                          for i in range(self.num_clients)]
+                          if self.dist.owns(i) else None for i in range(self.num_clients)]
         self.global_test = tuple(t.to(device) for t in datamodule.global_test())
         self.class_counts = [datamodule.class_counts(i) for i in range(self.num_clients)]
         state = model.state_dict()
         self.global_state = {k: state[k].detach().clone() for k in model.partition.shared}
         self.initial_private = model.client_state()
-        self.client_states: dict[int, dict[str, Tensor]] = {}
+        # Every process starts from rank 0's initial model, however it was built.
+        self.global_state = self.dist.broadcast(self.global_state, device)
+        self.initial_private = self.dist.broadcast(self.initial_private)
+        self.client_states: ClientStore = make_store(
+            self.client_state_storage, self.initial_private, self.num_clients,
+            self.client_state_dir or self.default_root_dir)
         self.participations = [0] * self.num_clients
         self.message: dict[str, Any] = {}
         self.history = []
@@ -226,10 +272,14 @@ class FederatedTrainer:
         return f"{type(self.client).__name__.lower()}-{data.source}-{data.partition}-s{self.seed}"
 
     def _open_run(self, checkpoint: dict[str, Any] | None, ckpt_path: str | None) -> RunFolder:
+        if not self.dist.is_writer:  # other ranks learn rank 0's folder and write nothing
+            self.run = SilentRunFolder(self.dist.broadcast(None), [], "", self.wandb_project)
+            return self.run
         if checkpoint is not None:
             path = Path(self._checkpoint_file(ckpt_path)).parent.parent
         else:
             path = self._fresh_run_path()
+        path = self.dist.broadcast(path)
         method = type(self.client).__name__
         group = f"{method}-{self.datamodule.source}-{self.datamodule.partition}"
         self.run = RunFolder(path, self.loggers, group, self.wandb_project)
@@ -265,14 +315,14 @@ class FederatedTrainer:
             "data": dict(self.datamodule.hparams),
             "trainer": {k: getattr(self, k) for k in (
                 "rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                "weighting")},
+                "weighting", "drop_rate")},
         }
 
     # ================================================================= the round loop
     def _fit_rounds(self, checkpoint: dict[str, Any] | None) -> dict[str, Any]:
         assert self.run is not None
         start_round = self._restore(checkpoint) if checkpoint else 0
-        progress = RoundProgress(self.rounds, enabled=self.progress_bar)
+        progress = RoundProgress(self.rounds, enabled=self.progress_bar and self.dist.is_writer)
         with progress:
             progress.advance_to(start_round)
             for round_idx in range(start_round, self.rounds):
@@ -288,6 +338,7 @@ class FederatedTrainer:
     def _run_round(self, round_idx: int) -> dict[str, Any] | None:
         evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
         participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx)
+        dropped = set(drop_clients(participants, self.drop_rate, self.seed, round_idx))
         started = time.perf_counter()
         total = (self.dp.accumulator(self.global_state, noise_generator(self.seed, round_idx))
                  if self.dp else WeightedSum())
@@ -299,20 +350,30 @@ class FederatedTrainer:
         after_training_scores: dict[int, dict[str, Score]] = {}
         bytes_down = state_bytes(self.global_state) + state_bytes(self.message)
         bytes_up = 0
-        for client_id in participants:
+        reports: dict[int, dict[str, Any]] = {}  # what each reporting client sent, by id
+        for client_id in self.dist.owned(participants):  # all of them with one process
             upload, loss_sum, steps = self._train_client(client_id, round_idx)
             weight = upload.weight if self.weighting == "samples" else 1.0
-            total.add(upload.state, weight)
-            payloads.append(upload.payload)
-            weights.append(weight)
-            bytes_up += state_bytes(upload.state) + state_bytes(upload.payload)
-            train_loss += loss_sum
-            train_steps += steps
-            for name, value in self.client.pop_federated_logs().items():
-                if name != "train_loss":  # already the round's train_loss column
-                    logs.setdefault(name, []).append(value)
+            client_logs = self.client.pop_federated_logs()
+            if client_id not in dropped:  # a dropped client trained but never reports
+                total.add(upload.state, weight)
+                reports[client_id] = {
+                    "payload": upload.payload, "weight": weight, "loss": loss_sum,
+                    "steps": steps, "logs": client_logs,
+                    "bytes": state_bytes(upload.state) + state_bytes(upload.payload)}
             if evaluate and self.client.evaluate_after_local_training:
                 after_training_scores[client_id] = self._score_client(client_id, load=False)
+        self.dist.reduce_sum(total)  # sums across processes; the rest in client-id order:
+        for report in self.dist.gather_by_client(reports).values():
+            payloads.append(report["payload"])
+            weights.append(report["weight"])
+            bytes_up += report["bytes"]
+            train_loss += report["loss"]
+            train_steps += report["steps"]
+            for name, value in report["logs"].items():
+                if name != "train_loss":  # already the round's train_loss column
+                    logs.setdefault(name, []).append(value)
+        self.grad_scale.end_round(self.dist)
         if total.count:
             self.global_state = total.mean()
         self.message = type(self.client).aggregate_payloads(payloads, weights)
@@ -324,16 +385,20 @@ class FederatedTrainer:
         if not evaluate:
             return None
         row: dict[str, Any] = {"round": round_idx + 1}
-        row.update(self._evaluate(after_training_scores or None))
+        row.update(self._evaluate(
+            after_training_scores if self.client.evaluate_after_local_training else None))
         row["train_loss"] = float(train_loss) / max(train_steps, 1)
         row["seconds"] = seconds
         row["bytes_up"] = bytes_up
         row["bytes_down"] = bytes_down * len(participants)
+        if self.drop_rate:
+            row["dropped"] = len(dropped)
         row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
         if self.dp is not None:
             row["dp_epsilon"] = self.dp.epsilon(round_idx + 1, self.join_ratio)
-        if self.dlg_every and (round_idx + 1) % self.dlg_every == 0:
-            row["dlg_psnr"] = self._dlg_psnr(round_idx)
+        if self.dlg_every and (round_idx + 1) % self.dlg_every == 0:  # client 0 is on rank 0
+            row["dlg_psnr"] = self.dist.broadcast(
+                self._dlg_psnr(round_idx) if self.dist.is_writer else None)
         return row
 
     # ================================================================= one client's local work
@@ -359,6 +424,7 @@ class FederatedTrainer:
         upload: Upload | None = None
         loss_sum = torch.zeros((), device=self.fabric.device)
         steps = 0
+        self.grad_scale.begin_client()  # fp16: every client of a round starts from one scale
         for index, phase in enumerate(phases):
             phase_loss, phase_steps = self._run_phase(phase, client_id, generator)
             if not torch.isfinite(phase_loss):
@@ -372,6 +438,7 @@ class FederatedTrainer:
             if phase.upload_after or (upload is None and index == len(phases) - 1):
                 upload = upload or client.upload()
         assert upload is not None, "a local schedule needs at least one phase"
+        self.grad_scale.end_client()
         client.on_round_end()
         self.participations[client_id] += 1
         self.client_states[client_id] = client.client_state()
@@ -404,9 +471,12 @@ class FederatedTrainer:
             optimizer = self.fabric.setup_optimizers(optimizer)
             for _ in range(phase.epochs):
                 for xb, yb in iterate_batches(x, y, self.batch_size, generator):
-                    output = self.module.training_step((xb, yb), steps)
+                    with self.fabric.autocast():  # a direct training_step call bypasses it
+                        output = self.module.training_step((xb, yb), steps)
                     loss = output["loss"] if isinstance(output, dict) else output
                     self.fabric.backward(loss)
+                    # fp16: the hook sees unscaled gradients (no-op for other precisions)
+                    self.fabric.strategy.precision.unscale_gradients(optimizer.optimizer)
                     client.on_before_optimizer_step(optimizer)
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
@@ -430,14 +500,18 @@ class FederatedTrainer:
         """Global accuracy (global model on the global test set) and personalized accuracy with
         its spread across clients (each client's model on its local test split)."""
         metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None}
-        if self.client.has_global_model:
+        if self.client.has_global_model and self.dist.is_writer:  # rank 0 scores the global
             self.client.load_state_dict({**self.global_state, **self.initial_private})
             self.client.eval()
             with self.fabric.autocast():
                 score = score_outputs(lambda x: {"global": self.client.global_forward(x)},
                                       *self.global_test, self.eval_batch_size)["global"]
             metrics.update(global_accuracy=score.accuracy, global_loss=score.loss)
-        scores = after_training or {i: self._score_client(i) for i in range(self.num_clients)}
+        metrics = self.dist.broadcast(metrics)
+        if after_training is None:  # each process scores the clients it owns
+            after_training = {i: self._score_client(i)
+                              for i in self.dist.owned(range(self.num_clients))}
+        scores = self.dist.gather_by_client(after_training)  # ordered by client id
         self.last_client_scores = scores
         metrics.update(summarize_clients(scores))
         return metrics
@@ -470,13 +544,18 @@ class FederatedTrainer:
     def _save_checkpoint(self, rounds_done: int) -> None:
         assert self.run is not None
         device = torch.device("cpu")
+        client_states = self.dist.gather_client_states(self.client_states.state())
+        participations = self.dist.merge_participations(self.participations)
+        if not self.dist.is_writer:
+            return
         save_checkpoint({
             "version": CHECKPOINT_VERSION,
             "rounds_done": rounds_done,
             "global_state": {k: v.to(device) for k, v in self.global_state.items()},
             "initial_private": self.initial_private,
-            "client_states": self.client_states,
-            "participations": self.participations,
+            "client_states": client_states,
+            "participations": participations,
+            "grad_scale": self.grad_scale.value,
             "message": _to_device(self.message, device),
             "history": self.history,
             "totals": self.totals,
@@ -491,8 +570,9 @@ class FederatedTrainer:
         device = self.fabric.device
         self.global_state = {k: v.to(device) for k, v in checkpoint["global_state"].items()}
         self.initial_private = checkpoint["initial_private"]
-        self.client_states = checkpoint["client_states"]
+        self.client_states.load(checkpoint["client_states"])  # this process's clients
         self.participations = list(checkpoint["participations"])
+        self.grad_scale.load(checkpoint.get("grad_scale"))
         self.message = _to_device(checkpoint["message"], device)
         self.history = list(checkpoint["history"])
         self.totals = dict(checkpoint["totals"])
@@ -512,6 +592,8 @@ class FederatedTrainer:
             "run_dir": str(self.run.path),
             **(self.dp.summary(self.rounds, self.join_ratio) if self.dp else {}),
         })
+        if not self.dist.is_writer:
+            return summary
         self.run.write_json("summary.json", summary)
         per_client = self._per_client_rows()
         self.run.write_json("per_client.json", per_client)
@@ -530,14 +612,18 @@ class FederatedTrainer:
 
     def _evaluate_checkpoint(self, model: FederatedClient, datamodule: FederatedDataModule,
                              ckpt_path: str | None, stage: str) -> dict[str, float]:
+        if needs_launch(self.fabric):  # several processes: start them, each evaluates
+            return launch(self, "_evaluate_checkpoint", model, datamodule, ckpt_path, stage)
         self._prepare(model, datamodule)
-        file = self._checkpoint_file(ckpt_path or "last")
-        checkpoint = self._load_checkpoint(str(file))
-        self.run = RunFolder(file.parent.parent, [], "", self.wandb_project)
+        checkpoint = self.dist.share_checkpoint(lambda: self._load_checkpoint(ckpt_path or "last"))
+        file = self._checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
+        folder = RunFolder if self.dist.is_writer else SilentRunFolder
+        self.run = folder(self.dist.broadcast(file).parent.parent, [], "", self.wandb_project)
         self._restore_states_only(checkpoint)
         metrics = self._evaluate(None)
-        print(final_table({f"{stage}_{k}": v for k, v in metrics.items()
-                           if isinstance(v, float) and k.endswith("accuracy")}))
+        if self.dist.is_writer:
+            print(final_table({f"{stage}_{k}": v for k, v in metrics.items()
+                               if isinstance(v, float) and k.endswith("accuracy")}))
         if stage == "test":
             self.run.write_json("test_metrics.json", metrics)
         return metrics
@@ -546,7 +632,7 @@ class FederatedTrainer:
         device = self.fabric.device
         self.global_state = {k: v.to(device) for k, v in checkpoint["global_state"].items()}
         self.initial_private = checkpoint["initial_private"]
-        self.client_states = checkpoint["client_states"]
+        self.client_states.load(checkpoint["client_states"])  # this process's clients
         self.participations = list(checkpoint["participations"])
 
 

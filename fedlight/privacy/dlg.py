@@ -36,6 +36,7 @@ Choices where the papers are silent, made here:
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -46,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from fedlight.clients.base import FederatedClient
+    from fedlight.clients.base import FederatedClient, Phase
 
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("lbfgs", "adam")
@@ -237,9 +238,9 @@ def evaluate_client_leakage(
     ``lr_scale``. Momentum and weight decay are left out: the server knows the decay and the
     parameters it sent, so it would remove that term anyway. The update of the shared
     partition restricted to ``Phi``'s parameters is attacked with :func:`dlg_attack`, and the
-    reconstruction is scored against ``batch``'s inputs mapped to [0, 1]. The client's state
-    is restored afterwards (its ``.grad`` fields and logs too), so a trainer can call this
-    mid-run.
+    reconstruction is scored against ``batch``'s inputs mapped to [0, 1]. The client's state,
+    ``phase`` and logs are restored afterwards and no ``.grad`` field is written, so a trainer
+    can call this mid-run.
 
     Args:
         client: a :class:`~fedlight.clients.FederatedClient` ready to train.
@@ -272,10 +273,12 @@ def evaluate_client_leakage(
         raise ValueError(f"value_range must have hi > lo, got ({lo}, {hi})")
     step_lr = _one_step_lr(client)
     received = {k: v.detach().clone() for k, v in client.state_dict().items()}
+    phase = client.phase
     try:
         update = _one_step_update(client, (x, y), step_lr)
     finally:
         client.load_state_dict(received)
+        client.phase = phase
         client.pop_federated_logs()
     target = {phi_name: update[client_name] for phi_name, client_name in names.items()}
     attack_kwargs.setdefault("input_range", (lo, hi))
@@ -296,7 +299,8 @@ def client_leakage(
     """Mean :func:`evaluate_client_leakage` PSNR over ``batches`` batches of ``batch_size``
     samples drawn without replacement from ``train_data`` with a generator seeded by ``seed``;
     the ``[0, 1]`` mapping uses the min and max of the whole ``train_data``. ``kwargs`` go to
-    :func:`evaluate_client_leakage`."""
+    :func:`evaluate_client_leakage`. Single-image batches (the default) are DLG's worst case
+    for the client; backbones with ``BatchNorm1d`` need ``batch_size >= 2`` in train mode."""
     if batches < 1 or batch_size < 1:
         raise ValueError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
     x, y = train_data
@@ -321,7 +325,7 @@ def _client_names(client: nn.Module, phi: nn.Module) -> dict[str, str]:
     return names
 
 
-def _upload_phase(client: FederatedClient):  # -> Phase
+def _upload_phase(client: FederatedClient) -> Phase:
     phases = client.local_phases(1)
     return next((p for p in phases if p.upload_after), phases[-1])
 
@@ -333,8 +337,6 @@ def _one_step_lr(client: FederatedClient) -> float:
 def _one_step_update(client: FederatedClient, batch: tuple[Tensor, Tensor],
                      step_lr: float) -> dict[str, Tensor]:
     """Shared state after one plain SGD step on ``batch`` minus the shared state before it."""
-    import fnmatch
-
     phase = _upload_phase(client)
     client.phase = phase.name
     before = client.shared_state()
