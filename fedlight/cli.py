@@ -132,7 +132,8 @@ def main(args: list[str] | None = None) -> None:
     if argv and argv[0] in TOOLS:
         TOOLS[argv[0]](argv[1:])
         return
-    FedlightCLI(args=argv)
+    # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
+    FedlightCLI(args=argv if args is not None else None)
 
 
 if __name__ == "__main__":
