@@ -21,8 +21,6 @@ and training seconds per round.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import statistics
 import sys
@@ -57,9 +55,8 @@ def run_once(method: str, seed: int, rounds: int, root: str, threads: int | None
     trainer = FederatedTrainer(rounds=rounds, join_ratio=1.0, local_epochs=1, batch_size=10,
                                seed=seed, weighting="samples", accelerator="cpu",
                                default_root_dir=root, logger="csv", progress_bar=False,
-                               checkpoint_every=rounds, threads=threads)
-    with contextlib.redirect_stdout(io.StringIO()):
-        summary = trainer.fit(model, data)
+                               checkpoint_every=rounds, threads=threads, verbose=False)
+    summary = trainer.fit(model, data)
     history = trainer.history
     best_round = summary["best_personalized_accuracy_round"]
     at_best = next(r for r in history if r["round"] == best_round)

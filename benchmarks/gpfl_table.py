@@ -17,8 +17,6 @@ Ditto: its ``lamda`` default) with the CNN and lr 0.005.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import statistics
 import sys
@@ -64,9 +62,8 @@ def run_once(method: str, model_args: dict[str, Any], setting: str, seed: int, r
     trainer = FederatedTrainer(rounds=rounds, join_ratio=1.0, local_epochs=1, batch_size=10,
                                seed=seed, weighting="samples", accelerator="cpu",
                                default_root_dir=root, logger="csv", progress_bar=False,
-                               checkpoint_every=rounds, threads=threads)
-    with contextlib.redirect_stdout(io.StringIO()):
-        summary = trainer.fit(model, data)
+                               checkpoint_every=rounds, threads=threads, verbose=False)
+    summary = trainer.fit(model, data)
     return float(summary["best_personalized_accuracy"])
 
 

@@ -61,10 +61,10 @@ def make_client(name: str, data: FederatedDataModule):
 
 
 def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[float]:
-    with tempfile.TemporaryDirectory() as root, contextlib.redirect_stdout(io.StringIO()):
+    with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
                                    accelerator="cpu", default_root_dir=root, progress_bar=False,
-                                   checkpoint_every=10**6)
+                                   checkpoint_every=10**6, verbose=False)
         # Evaluation and the checkpoint run after the last round, outside round_seconds.
         trainer.fit(make_client(name, data), data)
         return trainer.round_seconds

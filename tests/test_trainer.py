@@ -153,3 +153,12 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run named 'nothing'"):
         tiny_trainer(tmp_path, run_name="nothing").fit(make_client(), tiny_data(),
                                                         ckpt_path="last")
+
+
+def test_quiet_trainer_prints_nothing_but_writes_the_run(tmp_path, capsys):
+    tiny_trainer(tmp_path, rounds=1, run_name="quiet", verbose=False).fit(make_client(),
+                                                                            tiny_data())
+    assert capsys.readouterr().out == ""
+    assert (tmp_path / "quiet" / "summary.json").is_file()
+    tiny_trainer(tmp_path, rounds=1, run_name="loud").fit(make_client(), tiny_data())
+    assert "fedlight summary" in capsys.readouterr().out

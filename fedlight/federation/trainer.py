@@ -111,6 +111,8 @@ class FederatedTrainer:
         checkpoint_every: write ``checkpoints/last.ckpt`` every this many rounds (and at the end).
         eval_batch_size: batch size of evaluation.
         progress_bar: show a rich progress bar over rounds.
+        verbose: print the partition table and the final summary table (``False`` for quiet
+            sweeps from Python; the run folder is written either way).
         threads: torch intra-op threads (``None`` leaves torch's default).
         dp_clip_norm: client-level DP (DP-FedAvg, :mod:`fedlight.privacy.dp`): clip each
             upload's difference from the sent shared state to this L2 norm; ``None`` = no DP.
@@ -149,6 +151,7 @@ class FederatedTrainer:
         checkpoint_every: int = 10,
         eval_batch_size: int = 512,
         progress_bar: bool = True,
+        verbose: bool = True,
         threads: int | None = None,
         dp_clip_norm: float | None = None,
         dp_noise_multiplier: float = 0.0,
@@ -178,6 +181,7 @@ class FederatedTrainer:
         self.checkpoint_every = checkpoint_every
         self.eval_batch_size = eval_batch_size
         self.progress_bar = progress_bar
+        self.verbose = verbose
         self.threads = threads
         self.dp = make_client_dp(dp_clip_norm, dp_noise_multiplier, dp_delta, weighting)
         if dlg_every is not None:
@@ -306,7 +310,8 @@ class FederatedTrainer:
         assert self.run is not None
         self.run.write_text("config.yaml", self.run_config or _yaml(self._hyperparameters()))
         self.datamodule.save_partition(self.run.path)
-        print(self.datamodule.stats_table())
+        if self.verbose:
+            print(self.datamodule.stats_table())
 
     def _hyperparameters(self) -> dict[str, Any]:
         return {
@@ -601,7 +606,8 @@ class FederatedTrainer:
         self.run.log_images({"accuracy": self.run.path / "accuracy.png",
                              "partition": self.run.path / "partition.png"})
         self.run.log_table("per_client_accuracy", per_client)
-        print(final_table(summary))
+        if self.verbose:
+            print(final_table(summary))
         return summary
 
     def _per_client_rows(self) -> list[dict[str, Any]]:
