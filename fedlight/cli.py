@@ -24,6 +24,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
+import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib

@@ -67,7 +67,7 @@ def interpolation_grid(
         model: a freshly built client of the run's configuration (``Privatize`` with
             ``way="AaBb"``, or ``AutoCS`` / ``AutoSA`` / ``AutoHS``; their ``psi`` is ignored).
         datamodule: the run's data module (same source, partition and seed).
-        checkpoint_path: the run's ``checkpoints/last.ckpt`` (``global_state`` +
+        checkpoint_path: the run's ``checkpoints/last.ckpt`` (the server's ``global_state`` +
             ``client_states``; a client that never trained uses ``initial_private``).
         step: grid step; ``alpha`` and ``beta`` take ``0, step, ..., 1``.
         batch_size: evaluation batch size.
@@ -90,7 +90,7 @@ def interpolation_grid(
     weights = torch.tensor(values, device=device)
     for client_id in range(datamodule.num_clients):
         private = checkpoint["client_states"].get(client_id, checkpoint["initial_private"])
-        model.load_state_dict({**checkpoint["global_state"], **private}, strict=True)
+        model.load_state_dict({**checkpoint["server"]["global_state"], **private}, strict=True)
         x, y = (t.to(device) for t in datamodule.client_test(client_id))
         if len(y) == 0:
             continue

@@ -20,6 +20,7 @@ from fedlight.clients import (
     LGFedAvg,
 )
 from fedlight.clients.fedrod import balanced_softmax_loss
+from fedlight.federation.server import Report, ServerContext, SingleProcess
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -168,7 +169,7 @@ def test_fedbn_keeps_batchnorm_private_and_shares_the_convolutions(tmp_path):
         assert not torch.equal(states[1][key], states[2][key]), key
     # every client evaluates with the one global conv stack: loading a client gives it
     for i in range(3):
-        trainer._load_client(i)
+        trainer.load_client(i, trainer.rounds)
         conv = client.state_dict()["model.encoder.features.0.weight"]
         assert torch.equal(conv, trainer.global_state["model.encoder.features.0.weight"])
 
@@ -212,7 +213,7 @@ def test_ditto_phases_upload_the_global_model_and_predict_with_the_personal_one(
     client.eval()
     assert torch.equal(client(x), client.personal(x))
     assert torch.equal(client.global_forward(x), client.model(x))
-    trainer._load_client(0)
+    trainer.load_client(0, trainer.rounds)
     assert not torch.equal(client(x), client.global_forward(x))
 
 
@@ -257,10 +258,18 @@ def test_fedproto_server_prototypes_are_the_count_weighted_mean():
          "counts": torch.tensor([1.0, 3.0, 0.0])}
     b = {"prototypes": torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.0, 0.0]]),
          "counts": torch.tensor([3.0, 0.0, 0.0])}
-    out = FedProto.aggregate_payloads([a, b], [10.0, 1.0])
+    rule = FedProto(num_classes=3, input_shape=(1, 8, 8), backbone="mlp").configure_server()
+    rule.setup({}, ServerContext(num_clients=3, rounds=1, join_ratio=1.0))
+    rule.begin_round(0)
+    for client_id, payload in ((0, a), (2, {}), (1, b)):  # weights play no part
+        rule.add(Report(client_id, {}, 10.0 if client_id == 0 else 1.0, payload))
+    rule.end_round(SingleProcess())
+    out = rule.message
     assert torch.allclose(out["prototypes"], torch.tensor([[2.5, 3.0], [2.0, 2.0], [0.0, 0.0]]))
     assert torch.equal(out["counts"], torch.tensor([4.0, 3.0, 0.0]))
-    assert FedProto.aggregate_payloads([{}, {}], [1.0, 1.0]) == {}
+    rule.begin_round(1)
+    rule.end_round(SingleProcess())  # a round without prototypes keeps the last table
+    assert torch.equal(rule.message["counts"], torch.tensor([4.0, 3.0, 0.0]))
 
 
 def test_fedproto_round_trip_shares_only_prototypes(tmp_path):
@@ -274,8 +283,8 @@ def test_fedproto_round_trip_shares_only_prototypes(tmp_path):
     sums = torch.zeros(4, client.model.feature_dim)
     counts = torch.zeros(4)
     for i in range(3):
-        trainer._load_client(i)
-        prototypes, n = client.local_prototypes(*trainer.train_data[i])
+        trainer.load_client(i, trainer.rounds)
+        prototypes, n = client.local_prototypes(*trainer.population.train_data[i])
         sums += prototypes * n.unsqueeze(1)
         counts += n
     assert torch.allclose(trainer.message["prototypes"], sums / counts.clamp_min(1).unsqueeze(1),
@@ -283,7 +292,7 @@ def test_fedproto_round_trip_shares_only_prototypes(tmp_path):
     assert torch.equal(trainer.message["counts"], counts)
     assert "prototype_accuracy" in trainer.history[-1]
     # prototypes a client received in round 2 are in its private state
-    trainer._load_client(0)
+    trainer.load_client(0, trainer.rounds)
     assert client.prototype_mask.any()
 
 

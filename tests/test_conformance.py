@@ -85,7 +85,7 @@ def _metrics(run_dir) -> list[dict[str, str]]:
 @pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
 def test_same_seed_gives_the_same_metrics(name, cls, tmp_path, monkeypatch):
     # the figures are not under test here and cost half of a tiny run
-    monkeypatch.setattr("fedlight.federation.trainer.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     runs = []
     for run in ("a", "b"):

@@ -128,6 +128,7 @@ def test_symmetric_kl_is_symmetric_zero_for_identical_and_matches_hand_computati
 
 def test_training_loss_is_the_weighted_sum_of_the_four_terms():
     client = make(lambda_lce=2.0, lambda_ent=0.5, lambda_dis=3.0)
+    client.capture_logs(True)  # as under fedlight's orchestrator
     client.train()
     x, y = batch()
     torch.manual_seed(7)
@@ -198,6 +199,7 @@ def test_without_pfsm_is_fedbn():
 
 def test_zero_weights_drop_their_terms():
     client = make(lambda_lce=0, lambda_ent=0, lambda_dis=0)
+    client.capture_logs(True)  # as under fedlight's orchestrator
     client.train()
     x, y = batch()
     torch.manual_seed(0)

@@ -10,10 +10,11 @@ from torch import nn
 from fedlight.clients import FedAvg
 from fedlight.privacy import (
     ClientLevelDP,
+    DLGProbe,
+    DPFedAvg,
     client_leakage,
     dlg_attack,
     evaluate_client_leakage,
-    make_client_dp,
     noise_generator,
     psnr,
     update_norm,
@@ -124,7 +125,8 @@ def test_attacking_a_private_part_is_refused():
 
 
 def test_trainer_logs_dlg_psnr_every_k_rounds(tmp_path):
-    trainer = tiny_trainer(tmp_path, rounds=2, dlg_every=2, dlg_options={"iterations": 10})
+    trainer = tiny_trainer(tmp_path, rounds=2, probes=[DLGProbe(every=2,
+                                                                 options={"iterations": 10})])
     trainer.fit(make_client(), tiny_data())
     assert "dlg_psnr" not in trainer.history[0]
     assert trainer.history[1]["dlg_psnr"] > 0
@@ -182,11 +184,15 @@ def test_bad_dp_settings_are_refused():
         ClientLevelDP(clip_norm=1.0, noise_multiplier=-1.0)
     with pytest.raises(ValueError, match="delta"):
         ClientLevelDP(clip_norm=1.0, noise_multiplier=1.0, delta=1.0)
-    with pytest.raises(ValueError, match="uniform"):
-        make_client_dp(1.0, 1.0, weighting="samples")
-    with pytest.raises(ValueError, match="dp_clip_norm"):
-        make_client_dp(None, 1.0)
-    assert make_client_dp(None) is None
+    with pytest.raises(ValueError, match="unknown DLGProbe option.*iteratons"):
+        DLGProbe(options={"iteratons": 10})  # a typo fails before any training
+
+
+def test_the_trainer_names_where_dp_and_dlg_options_moved(tmp_path):
+    with pytest.raises(TypeError, match="DPFedAvg"):
+        tiny_trainer(tmp_path, dp_clip_norm=1.0)
+    with pytest.raises(TypeError, match="DLGProbe"):
+        tiny_trainer(tmp_path, dlg_every=2)
 
 
 def test_dp_round_is_the_clipped_noisy_mean_of_the_updates():
@@ -219,8 +225,9 @@ def test_dp_never_touches_private_parameters_and_reports_epsilon(tmp_path):
     plain = tiny_trainer(tmp_path, rounds=1, weighting="uniform", run_name="plain")
     plain.fit(make_client(extra_private=private), tiny_data())
     noisy = tiny_trainer(tmp_path, rounds=1, weighting="uniform", run_name="noisy",
-                         dp_clip_norm=0.1, dp_noise_multiplier=5.0, join_ratio=0.5)
-    noisy.fit(make_client(extra_private=private), tiny_data())
+                         join_ratio=0.5)
+    noisy.fit(make_client(extra_private=private), tiny_data(),
+              server=DPFedAvg(clip_norm=0.1, noise_multiplier=5.0))
     assert not any(k.startswith("model.head") for k in noisy.global_state)
     for client_id, state in plain.client_states.items():
         if client_id in noisy.client_states:  # the head is what local training produced
@@ -235,4 +242,6 @@ def test_dp_never_touches_private_parameters_and_reports_epsilon(tmp_path):
 
 def test_dp_with_sample_weighting_is_refused_by_the_trainer(tmp_path):
     with pytest.raises(ValueError, match="uniform"):
-        tiny_trainer(tmp_path, dp_clip_norm=1.0, dp_noise_multiplier=1.0)
+        tiny_trainer(tmp_path).fit(make_client(), tiny_data(),
+                                   server=DPFedAvg(clip_norm=1.0, noise_multiplier=1.0))
+    assert not any(tmp_path.iterdir())  # refused before anything was written

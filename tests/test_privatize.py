@@ -251,8 +251,8 @@ def test_interpolation_corners_are_the_shared_and_the_private_model(aabb_run):
     checkpoint = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
     correct = [0, 0]
     for client_id in range(data.num_clients):
-        model.load_state_dict({**checkpoint["global_state"], **checkpoint["client_states"][
-            client_id]})
+        shared = checkpoint["server"]["global_state"]
+        model.load_state_dict({**shared, **checkpoint["client_states"][client_id]})
         x, y = data.client_test(client_id)
         with torch.no_grad():
             correct[0] += int((model.global_forward(x).argmax(-1) == y).sum())

@@ -22,7 +22,8 @@ from lightning.fabric.plugins import MixedPrecision
 from fedlight.clients import FedAvg
 from fedlight.federation import FederatedTrainer
 from fedlight.federation.aggregate import weighted_mean
-from fedlight.federation.distributed import FederatedDDPStrategy, drop_clients, make_fabric
+from fedlight.federation.launch import FederatedDDPStrategy, make_fabric
+from fedlight.federation.sampling import drop_clients
 from fedlight.federation.store import DiskClientStore, MemoryClientStore, make_store
 from tests.conftest import tiny_data, tiny_trainer
 
@@ -203,7 +204,7 @@ def test_fp16_loss_scale_is_shared_by_the_clients_of_a_round_and_carried_over(tm
     assert all(len(scales) == 1 for scales in by_round.values())  # one scale per round
     firsts = [by_round[r].pop() for r in range(3)]
     assert firsts[0] == 2.0**40 and firsts[0] > firsts[1] > firsts[2] > trainer.grad_scale.value
-    assert checkpoint({"run_dir": trainer.run.path})["grad_scale"] == trainer.grad_scale.value
+    assert checkpoint({"run_dir": trainer.run_dir})["grad_scale"] == trainer.grad_scale.value
 
 
 # ===================================================================== dropout

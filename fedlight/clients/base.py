@@ -8,8 +8,11 @@ private (kept by the client between rounds). The orchestrator
 * :meth:`FederatedClient.on_round_start` receives the server's message;
 * :meth:`FederatedClient.local_phases` gives the local schedule as :class:`Phase` objects;
 * :meth:`FederatedClient.upload` says what leaves the client;
-* :meth:`FederatedClient.aggregate_payloads` is the server rule for non-parameter payloads;
-* :meth:`FederatedClient.on_round_end` does bookkeeping that must persist.
+* :meth:`FederatedClient.on_round_end` does bookkeeping that must persist;
+* :meth:`FederatedClient.configure_server` names the method's server rule (default: the
+  weighted mean; a config's ``server:`` may replace it where the rule allows);
+* :meth:`FederatedClient.evaluation_phases` fine-tunes a copy before scoring (Per-FedAvg,
+  FedBABU); what it trains is thrown away.
 
 Run alone (``lightning.Trainer().fit(client, datamodule)``) a client is an ordinary supervised
 model and none of the hooks is needed.
@@ -17,8 +20,10 @@ model and none of the hooks is needed.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
-from collections.abc import Iterable, Sequence
+import inspect
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedlight.federation.server.base import ServerRule
+from fedlight.federation.server.mean import WeightedMean
 from fedlight.models import build_backbone
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -44,6 +51,8 @@ class Phase:
         upload_after: snapshot the upload when this phase ends. When no phase asks for it,
             the upload is taken after the last phase.
         lr_scale: multiplies every learning rate of the optimizer built for this phase.
+        max_steps: end the phase after this many optimizer steps (``None``: ``epochs`` full
+            passes), e.g. Per-FedAvg's one adaptation step.
     """
 
     name: str = "train"
@@ -51,6 +60,7 @@ class Phase:
     trainable: tuple[str, ...] | None = None
     upload_after: bool = False
     lr_scale: float = 1.0
+    max_steps: int | None = None
 
 
 @dataclass
@@ -165,6 +175,7 @@ class FederatedClient(L.LightningModule):
         if lr <= 0:
             raise ValueError(f"lr must be positive, got {lr}")
         self.save_hyperparameters()
+        self.construction = _outermost_init_arguments(self)
         self.num_classes = num_classes
         self.input_shape = tuple(input_shape)
         self.optimizer_name = optimizer
@@ -177,7 +188,8 @@ class FederatedClient(L.LightningModule):
         self.model = self.build_model()
         self.phase = "train"
         self.context: ClientContext | None = None
-        self._federated_logs: dict[str, list[Tensor]] = {}
+        self._federated_logs: dict[str, list[Tensor]] | None = None  # see capture_logs
+        self._in_local_loop = False  # see local_loop
         self._partition: Partition | None = None
 
     # ----------------------------------------------------------------- construction
@@ -236,13 +248,20 @@ class FederatedClient(L.LightningModule):
         weight = float(self.context.num_train_samples) if self.context else 1.0
         return Upload(state=self.shared_state(), weight=weight)
 
-    @staticmethod
-    def aggregate_payloads(payloads: list[dict[str, Any]], weights: list[float]) -> dict[str, Any]:
-        """Server rule for non-parameter payloads; its result is next round's message."""
-        return {}
-
     def on_round_end(self) -> None:
         """Bookkeeping after local training (and the upload). Default: nothing."""
+
+    def configure_server(self) -> ServerRule:
+        """The method's server rule (a fresh object). Default: FedAvg's weighted mean, which a
+        config may replace (``server: FedAdam``, ``DPFedAvg``, ``Krum``...). A method with
+        server state returns its own rule, defined in its own file."""
+        return WeightedMean()
+
+    def evaluation_phases(self) -> list[Phase]:
+        """Phases run on the client's training data right before it is scored (fine-tune at
+        evaluation, e.g. Per-FedAvg's adaptation step); the result is scored, then discarded.
+        Default: none."""
+        return []
 
     # ----------------------------------------------------------------- prediction
     def forward(self, x: Tensor) -> Tensor:
@@ -306,20 +325,57 @@ class FederatedClient(L.LightningModule):
 
     # ----------------------------------------------------------------- logging
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log`` under a ``Trainer``; under fedlight's orchestrator the values are
-        kept on device and averaged per round (one host sync per round, not per step)."""
-        if self._trainer is not None:
+        """Lightning's ``log``, except while fedlight's orchestrator drives the module
+        (:meth:`capture_logs`): then the values are kept on device and averaged per round
+        (one host sync per round, not per step)."""
+        if self._federated_logs is None:
             super().log(name, value, *args, **kwargs)
             return
         tensor = value.detach() if isinstance(value, Tensor) else torch.tensor(float(value))
         self._federated_logs.setdefault(name, []).append(tensor.float().reshape(()))
 
+    def capture_logs(self, enabled: bool) -> None:
+        """Start (``True``) or stop collecting ``self.log`` calls for the orchestrator."""
+        self._federated_logs = {} if enabled else None
+
+    @contextlib.contextmanager
+    def local_loop(self) -> Iterator[None]:
+        """Marks the module as driven by fedlight's local loop (gradients arrive unscaled;
+        ``self.log`` is collected even outside a federated run, then dropped)."""
+        capturing = self._federated_logs is not None
+        self._in_local_loop = True
+        if not capturing:
+            self.capture_logs(True)
+        try:
+            yield
+        finally:
+            self._in_local_loop = False
+            if not capturing:
+                self.capture_logs(False)
+
     def pop_federated_logs(self) -> dict[str, Tensor]:
         """Per-name means of what was logged since the last call (device tensors)."""
         logs = {k: torch.stack([v.to(vs[0].device) for v in vs]).mean() for k, vs in
-                self._federated_logs.items() if vs}
-        self._federated_logs = {}
+                (self._federated_logs or {}).items() if vs}
+        if self._federated_logs is not None:
+            self._federated_logs = {}
         return logs
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's ``clip_gradients``; in fedlight's local loop (gradients already unscaled)
+        it clips the optimizer's parameters directly, and ``None`` / 0 means no clipping."""
+        if not self._in_local_loop:
+            super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        if not gradient_clip_val:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]
+                  if p.grad is not None]
+        if (gradient_clip_algorithm or "norm") == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     # ----------------------------------------------------------------- helpers for methods
     def named_parameters_matching(self, patterns: Sequence[str]) -> list[tuple[str, nn.Parameter]]:
@@ -336,3 +392,25 @@ class FederatedClient(L.LightningModule):
                 prefix = f"{module_name}." if module_name else ""
                 keys += [prefix + k for k in module.state_dict().keys()]
         return keys
+
+
+def _outermost_init_arguments(instance: object) -> dict[str, Any]:
+    """The keyword arguments of the outermost ``__init__`` call building ``instance`` (the
+    subclass's own constructor call), so the trainer can rebuild the client from its seed
+    (``FederatedTrainer(reinitialize=True)``); ``hparams`` merges every class's arguments and
+    cannot be passed back to a subclass that forwards some of them itself."""
+    frame = inspect.currentframe()
+    outer = None
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is instance:
+            outer = frame
+        elif outer is not None:
+            break
+        frame = frame.f_back
+    if outer is None:
+        return {}
+    info = inspect.getargvalues(outer)
+    arguments = {name: info.locals[name] for name in info.args[1:]}
+    if info.keywords:
+        arguments.update(info.locals[info.keywords])
+    return arguments

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient, Upload
+from fedlight.federation.server.base import Collectives, Report
+from fedlight.federation.server.mean import WeightedMean
 
 PREDICT_BY = ("head", "prototype")
 CHUNK = 512  # samples per forward pass when computing prototypes
@@ -100,22 +102,9 @@ class FedProto(FederatedClient):
             upload.payload = {"prototypes": prototypes, "counts": counts}
         return upload
 
-    @staticmethod
-    def aggregate_payloads(payloads: list[dict[str, Any]], weights: list[float]
-                           ) -> dict[str, Any]:
-        """Per-class count-weighted mean of the clients' prototypes (``weights`` unused).
-
-        Returns ``{"prototypes": (U, K), "counts": (U,)}``: total counts per class and zero rows
-        for classes no client has; ``{}`` when no payload carries prototypes.
-        """
-        payloads = [p for p in payloads if "prototypes" in p]
-        if not payloads:
-            return {}
-        counts = torch.stack([p["counts"] for p in payloads])  # (clients, U)
-        prototypes = torch.stack([p["prototypes"] for p in payloads])  # (clients, U, K)
-        total = counts.sum(0)
-        weighted = (prototypes * counts.unsqueeze(-1)).sum(0)
-        return {"prototypes": weighted / total.clamp_min(1).unsqueeze(1), "counts": total}
+    def configure_server(self) -> PrototypeMean:
+        """FedProto's server: the per-class count-weighted mean of the clients' prototypes."""
+        return PrototypeMean()
 
     # ----------------------------------------------------------------- prediction
     def prototype_logits(self, features: Tensor) -> Tensor:
@@ -159,3 +148,37 @@ class FedProto(FederatedClient):
         self.log("prototype_loss", proto)
         self.log("train_loss", loss)
         return loss
+
+
+class PrototypeMean(WeightedMean):
+    """FedProto's server rule: next round's message is the per-class count-weighted mean of the
+    clients' prototypes, ``{"prototypes": (U, K), "counts": (U,)}`` with total counts per class
+    and zero rows for classes no client has (the shared state, empty for FedProto, is averaged
+    as usual). Payloads are gathered in client order, so several processes give the same mean.
+    """
+
+    replaceable = False
+
+    def begin_round(self, round_idx: int) -> None:
+        super().begin_round(round_idx)
+        self.payloads: dict[int, dict[str, Tensor]] = {}
+
+    def add(self, report: Report) -> None:
+        super().add(report)
+        if "prototypes" in report.payload:
+            self.payloads[report.client_id] = report.payload
+
+    def end_round(self, collectives: Collectives) -> None:
+        super().end_round(collectives)
+        payloads = list(collectives.gather_by_client(self.payloads).values())
+        if payloads:
+            self.message = class_mean(payloads)
+
+
+def class_mean(payloads: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Per-class count-weighted mean of ``{"prototypes": (U, K), "counts": (U,)}`` payloads."""
+    counts = torch.stack([p["counts"] for p in payloads])  # (clients, U)
+    prototypes = torch.stack([p["prototypes"] for p in payloads])  # (clients, U, K)
+    total = counts.sum(0)
+    weighted = (prototypes * counts.unsqueeze(-1)).sum(0)
+    return {"prototypes": weighted / total.clamp_min(1).unsqueeze(1), "counts": total}

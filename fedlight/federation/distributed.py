@@ -53,113 +53,20 @@ under the new world size, so a run resumes with any number of processes.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.strategies import DDPStrategy
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedlight.federation.outputs import RunFolder
-from fedlight.federation.store import STORAGES
+from fedlight.federation.server.base import move as _move
 
-#: ``trainer.strategy`` values and the start method of Fabric's DDP launcher they select.
-STRATEGIES = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork",
-              "ddp_notebook": "fork"}
-_DROP_STREAM = 0x44524F50  # tags the dropout stream apart from the sampling stream
+#: Checkpoint entries keyed by client id, scattered to the clients' owners on resume.
+PER_CLIENT_KEYS = ("client_states", "optimizer_states")
 
 
-# ===================================================================== launching
-class FederatedDDPStrategy(DDPStrategy):
-    """Fabric's DDP strategy (launcher, process group, collectives) for per-client training:
-    :meth:`setup_module` does not wrap the module in ``DistributedDataParallel``, because the
-    ranks train different clients and must never average gradients or buffers."""
-
-    def setup_module(self, module: nn.Module) -> nn.Module:
-        return module
-
-
-def check_scale_options(strategy: str, drop_rate: float, client_state_storage: str) -> None:
-    """Raise ``ValueError`` naming the bad value of the trainer's scale-out options."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)} (the "
-                         "sharding strategies split ONE model across devices; fedlight runs "
-                         "different clients on different processes)")
-    if not 0 <= drop_rate < 1:
-        raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
-    if client_state_storage not in STORAGES:
-        raise ValueError(f"unknown client_state_storage {client_state_storage!r}; valid: "
-                         f"{', '.join(STORAGES)}")
-
-
-def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision: str,
-                strategy: str = "auto") -> Fabric:
-    """The trainer's ``Fabric``: Fabric's own choice for one process, otherwise
-    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``)."""
-    options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
-                                   precision=precision, loggers=[])
-    if strategy == "auto":
-        if isinstance(devices, int) and devices * num_nodes == 1:
-            return Fabric(**options)
-        if not isinstance(devices, int):  # "auto", "0,1", ...: ask Fabric how many
-            fabric = Fabric(**options)
-            if fabric.world_size == 1:
-                return fabric
-    return Fabric(strategy=FederatedDDPStrategy(start_method=STRATEGIES[strategy]), **options)
-
-
-def needs_launch(fabric: Fabric) -> bool:
-    """True when the run has several processes and they are not started yet."""
-    return fabric.world_size > 1 and not torch.distributed.is_initialized()
-
-
-#: What a spawned run sends back to the calling process besides the method's return value.
-RETURNED_ATTRIBUTES = ("history", "global_state", "round_seconds", "totals", "last_client_scores")
-
-
-def launch(trainer: Any, method: str, *args: Any) -> Any:
-    """Start the processes with ``fabric.launch`` and call ``trainer.<method>(*args)`` in each.
-
-    Returns rank 0's result. With a spawn / fork launcher the calling process does not take
-    part; it receives rank 0's :data:`RETURNED_ATTRIBUTES` (``trainer.history`` and
-    ``trainer.global_state`` are then filled as after a 1-process run; the client states are
-    in the run's checkpoint).
-    """
-    fd, path = tempfile.mkstemp(prefix="fedlight-result-", suffix=".pt")
-    os.close(fd)
-    try:
-        result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(), *args)
-        if torch.distributed.is_initialized():  # this process was a rank itself (ddp / torchrun)
-            return result
-        value, attributes = torch.load(path, map_location="cpu", weights_only=False)
-    finally:
-        os.unlink(path)
-    for name, attribute in attributes.items():
-        setattr(trainer, name, attribute)
-    return value
-
-
-def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller: int,
-                    *args: Any) -> Any:
-    trainer.fabric = fabric  # the launched (set-up) Fabric of this process
-    value = getattr(trainer, method)(*args)
-    if fabric.global_rank != 0 or os.getpid() == caller:
-        return value
-    # A spawned / forked rank 0 hands its results to the caller through a file: Fabric's
-    # launcher reads its result pipe only after the workers exit (a result over the pipe's
-    # 64 KiB blocks forever), and tensors on a multiprocessing queue are shared through file
-    # descriptors that die with the worker.
-    attributes = {name: _move(getattr(trainer, name), torch.device("cpu"))
-                  for name in RETURNED_ATTRIBUTES if hasattr(trainer, name)}
-    torch.save((value, attributes), path)
-    return None
-
-
-# ===================================================================== collectives
 class Distributed:
     """This process's place in the run and the collectives of a round. With one process every
     method is the identity and no collective is issued."""
@@ -281,8 +188,9 @@ class Distributed:
 
     def share_checkpoint(self, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Rank 0 runs ``load()`` (so only rank 0 needs to see the file); every rank gets the
-        checkpoint with ``client_states`` cut down to the clients it owns under the current
-        world size. An error on rank 0 is raised on every rank."""
+        checkpoint with its per-client entries (:data:`PER_CLIENT_KEYS`) cut down to the
+        clients it owns under the current world size. An error on rank 0 is raised on every
+        rank."""
         if not self.active:
             return load()
         checkpoint: dict[str, Any] | None = None
@@ -290,7 +198,8 @@ class Distributed:
         if self.is_writer:
             try:
                 checkpoint = load()
-                message = ("ok", {k: v for k, v in checkpoint.items() if k != "client_states"})
+                message = ("ok", {k: v for k, v in checkpoint.items()
+                                  if k not in PER_CLIENT_KEYS})
             except Exception as error:  # re-raised on every rank below
                 message = ("error", error)
         status, payload = self.fabric.broadcast(message, src=0)
@@ -298,12 +207,12 @@ class Distributed:
             raise payload
         shards: list[Any] | None = None
         if checkpoint is not None:
-            states = checkpoint["client_states"]
-            shards = [{c: s for c, s in states.items() if self.owner(int(c)) == r}
+            shards = [{key: {c: s for c, s in (checkpoint.get(key) or {}).items()
+                             if self.owner(int(c)) == r} for key in PER_CLIENT_KEYS}
                       for r in range(self.world_size)]
         mine: list[Any] = [None]
         torch.distributed.scatter_object_list(mine, shards, src=0)
-        return {**payload, "client_states": mine[0]}
+        return {**payload, **mine[0]}
 
 
 class SilentRunFolder(RunFolder):
@@ -333,82 +242,4 @@ class SilentRunFolder(RunFolder):
     def write_text(self, name: str, text: str) -> None: ...
 
 
-# ===================================================================== dropout
-def drop_clients(participants: Sequence[int], drop_rate: float, seed: int,
-                 round_idx: int) -> list[int]:
-    """The sampled clients that train but fail to report this round (sorted).
-
-    As PFLlib's ``client_drop_rate``: ``floor((1 - drop_rate) * n)`` of the ``n`` sampled
-    clients report, at least one; the others are drawn without replacement from a generator
-    seeded by ``(seed, round)`` on its own stream, so the sampled clients do not change with
-    ``drop_rate`` and every process draws the same ones.
-    """
-    count = len(participants)
-    if drop_rate <= 0 or count < 2:
-        return []
-    survivors = max(1, math.floor((1.0 - drop_rate) * count + 1e-9))
-    rng = np.random.default_rng([int(seed), int(round_idx), _DROP_STREAM])
-    chosen = rng.choice(np.asarray(participants), size=count - survivors, replace=False)
-    return sorted(int(c) for c in chosen)
-
-
-# ===================================================================== fp16 loss scaling
-class RoundGradScale:
-    """The fp16 loss scale (``precision: 16-mixed`` on GPU) handled per round.
-
-    Fabric's precision plugin holds one ``GradScaler`` per process, and the optimizer is
-    rebuilt for every client and phase. Kept running across clients, the scale a client starts
-    from would depend on which clients its process trained before it (so on the number of
-    processes and on the order of training); reset for every client, each local training would
-    again waste its first steps backing off from ``2**16``. Here every client of round ``r``
-    starts from the same scale ``S_r`` (growth counter at 0) and ``S_{r+1}`` is the smallest
-    scale any of them ended with (an all-reduce ``min``, exact and order-free). Checkpoints
-    keep ``S``, so resumed runs match. Without a scaler (32-bit, bf16) every method is a no-op.
-    """
-
-    def __init__(self, fabric: Fabric) -> None:
-        self.scaler = getattr(fabric.strategy.precision, "scaler", None)
-        self.value: float | None = (float(self.scaler.get_scale())
-                                    if self.scaler is not None else None)
-        self._round_min = math.inf
-
-    def begin_client(self) -> None:
-        if self.scaler is None:
-            return
-        state = self.scaler.state_dict()
-        state.update(scale=self.value, _growth_tracker=0)
-        self.scaler.load_state_dict(state)
-
-    def end_client(self) -> None:
-        if self.scaler is not None:
-            self._round_min = min(self._round_min, float(self.scaler.get_scale()))
-
-    def end_round(self, dist: Distributed) -> None:
-        if self.scaler is None:
-            return
-        value = dist.reduce_min(self._round_min)
-        if math.isfinite(value):
-            self.value = value
-        self._round_min = math.inf
-
-    def load(self, value: float | None) -> None:
-        if value is not None and self.scaler is not None:
-            self.value = float(value)
-
-
-# ===================================================================== helpers
-def _move(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_move(v, device) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_move(v, device) for v in obj)
-    return obj
-
-
-__all__ = ["STRATEGIES", "Distributed", "FederatedDDPStrategy", "RoundGradScale",
-           "SilentRunFolder", "check_scale_options", "drop_clients", "launch", "make_fabric",
-           "needs_launch"]
+__all__ = ["Distributed", "SilentRunFolder"]

@@ -1,15 +1,32 @@
-"""Scoring clients and reducing per-client results to a round's metrics."""
+"""Scoring clients and the global model, and reducing per-client results to a round's metrics.
+
+Personalized accuracy: each client's model (its shared state as the server would send it, its
+private state) on its local test split, pooled and spread across clients. Global accuracy: the
+global model on the global test set, where the method has one. A client may fine-tune before it
+is scored (:meth:`~fedlight.clients.FederatedClient.evaluation_phases`, e.g. Per-FedAvg's
+adaptation step); the fine-tuned weights are scored and thrown away, never stored.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning.fabric import Fabric
 from torch import Tensor
 
+from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import iterate_batches
+from fedlight.federation.distributed import Distributed
+from fedlight.federation.local import LocalLoop
+from fedlight.federation.population import Population
+from fedlight.federation.sampling import derive_seed
+from fedlight.federation.server.base import ServerRule
+
+_EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from training
 
 
 @dataclass
@@ -76,3 +93,78 @@ def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, fl
             f"{name}_loss": loss,
         })
     return metrics
+
+
+class Evaluator:
+    """Scores the clients this process owns and (on rank 0) the global model.
+
+    Args:
+        fabric: the run's Fabric (autocast for scoring).
+        dist: this process's place in the run.
+        population: the clients' data and states.
+        loop: the local loop (runs a client's ``evaluation_phases``).
+        global_test: ``(x, y)`` of the global test set on the device.
+        batch_size: evaluation batch size.
+        seed: the run's seed (fine-tuning batches are drawn from ``(seed, round, client)``).
+    """
+
+    def __init__(self, fabric: Fabric, dist: Distributed, population: Population,
+                 loop: LocalLoop, global_test: tuple[Tensor, Tensor], batch_size: int,
+                 seed: int) -> None:
+        self.fabric, self.dist, self.population, self.loop = fabric, dist, population, loop
+        self.global_test = global_test
+        self.batch_size = batch_size
+        self.seed = seed
+        self.last_client_scores: dict[int, dict[str, Score]] = {}
+
+    def score_client(self, client: FederatedClient, client_id: int, round_idx: int,
+                     shared: Mapping[str, Tensor] | None = None) -> dict[str, Score]:
+        """Score ``client_id`` (loaded from ``shared`` + its private state, or as the module
+        holds it now when ``shared`` is None), after its evaluation phases if it has any."""
+        if shared is not None:
+            self.population.load(client, client_id, round_idx, shared)
+        phases = client.evaluation_phases()
+        if phases:
+            self._fine_tune(client, client_id, round_idx, phases)
+        client.eval()
+        x, y = self.population.test_data[client_id]
+        with self.fabric.autocast():
+            return score_outputs(client.eval_outputs, x, y, self.batch_size)
+
+    def _fine_tune(self, client: FederatedClient, client_id: int, round_idx: int,
+                   phases: list[Any]) -> None:
+        generator = torch.Generator().manual_seed(
+            derive_seed(self.seed, round_idx, client_id, _EVAL_STREAM))
+        data = self.population.train_data[client_id]
+        client.train()
+        for phase in phases:
+            self.loop.run_phase(client, phase, lambda: iterate_batches(
+                *data, self.loop.batch_size, generator))
+        client.pop_federated_logs()  # fine-tuning losses are not the round's training losses
+
+    def evaluate(self, client: FederatedClient, server: ServerRule, round_idx: int,
+                 after_training: Mapping[int, dict[str, Score]] | None) -> dict[str, Any]:
+        """Global accuracy and personalized accuracy with its spread across clients; clients
+        already scored after their local training are taken from ``after_training``."""
+        metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None}
+        if client.has_global_model and self.dist.is_writer:  # rank 0 scores the global model
+            client.load_state_dict({**server.global_state, **self.population.initial_private})
+            client.eval()
+            with self.fabric.autocast():
+                score = score_outputs(lambda x: {"global": client.global_forward(x)},
+                                      *self.global_test, self.batch_size)["global"]
+            metrics.update(global_accuracy=score.accuracy, global_loss=score.loss)
+        metrics = self.dist.broadcast(metrics)
+        if after_training is None:  # each process scores the clients it owns
+            after_training = {i: self.score_client(client, i, round_idx, server.download(i)[0])
+                              for i in self.dist.owned(range(self.population.num_clients))}
+        scores = self.dist.gather_by_client(after_training)  # ordered by client id
+        self.last_client_scores = scores
+        metrics.update(summarize_clients(scores))
+        return metrics
+
+    def per_client_rows(self) -> list[dict[str, Any]]:
+        """Each client's last personalized accuracy, for ``per_client.json``."""
+        return [{"client": i, "test_samples": s["personalized"].total,
+                 "personalized_accuracy": s["personalized"].accuracy}
+                for i, s in sorted(self.last_client_scores.items()) if "personalized" in s]

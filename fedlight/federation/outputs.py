@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 LOGGERS = ("csv", "tensorboard", "wandb")
 HEADLINE_COLUMNS = (
     "round", "global_accuracy", "personalized_accuracy", "personalized_accuracy_std",
@@ -40,10 +38,6 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
     os.replace(tmp, path)
-
-
-def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
-    atomic_write_bytes(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -36,18 +36,22 @@ Choices where the papers are silent, made here:
 
 from __future__ import annotations
 
-import fnmatch
+import inspect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.fabric import Fabric
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient, Phase
+from fedlight.federation.local import LocalLoop, only_trainable
+from fedlight.federation.probes import Probe
+from fedlight.federation.sampling import derive_seed
 
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("lbfgs", "adam")
@@ -336,21 +340,69 @@ def _one_step_lr(client: FederatedClient) -> float:
 
 def _one_step_update(client: FederatedClient, batch: tuple[Tensor, Tensor],
                      step_lr: float) -> dict[str, Tensor]:
-    """Shared state after one plain SGD step on ``batch`` minus the shared state before it."""
-    phase = _upload_phase(client)
-    client.phase = phase.name
+    """Shared state after one plain SGD step on ``batch`` minus the shared state before it,
+    taken by the same local loop as federated training (one batch, one step)."""
+    phase = replace(_upload_phase(client), epochs=1, max_steps=1, lr_scale=1.0)
     before = client.shared_state()
-    trainable = [(n, p) for n, p in client.named_parameters() if p.requires_grad and (
-        phase.trainable is None or any(fnmatch.fnmatchcase(n, t) for t in phase.trainable))]
-    output = client.training_step(batch, 0)
-    loss: Tensor = output["loss"] if isinstance(output, dict) else output
-    grads = torch.autograd.grad(loss, [p for _, p in trainable], allow_unused=True)
-    with torch.no_grad():
-        for (_, param), grad in zip(trainable, grads, strict=True):
-            if grad is not None:
-                param.sub_(step_lr * grad)
+    with only_trainable(client, phase.trainable):
+        params = [p for p in client.parameters() if p.requires_grad]
+        step = torch.optim.SGD(params, lr=step_lr)
+        _loop(client).run_phase(client, phase, lambda: [batch], optimizer=step)
     after = client.shared_state()
     return {k: after[k] - before[k] for k in before if before[k].is_floating_point()}
 
 
-__all__ = ["attack_surface", "client_leakage", "dlg_attack", "evaluate_client_leakage", "psnr"]
+def _loop(client: FederatedClient) -> LocalLoop:
+    """The local loop on the client's Fabric (the trainer's), or a one-device Fabric."""
+    fabric = client.fabric
+    if fabric is None:
+        device = client.device
+        fabric = Fabric(accelerator=device.type, devices=[device.index or 0]
+                        if device.type == "cuda" else 1, loggers=[])
+    return LocalLoop(fabric)
+
+
+class DLGProbe(Probe):
+    """Logs ``dlg_psnr``: the DLG leakage (PSNR, dB) of client 0's one-step update, with client
+    0 loaded as it would be for the next round (:func:`client_leakage`).
+
+    Args:
+        every: attack every this many rounds (on evaluated rounds).
+        batches: batches attacked each time (the PSNR is their mean).
+        options: more :func:`client_leakage` options, e.g. ``{"surface": "model",
+            "iterations": 300, "batch_size": 1}``; checked before training.
+    """
+
+    def __init__(self, every: int = 1, batches: int = 1,
+                 options: dict[str, Any] | None = None) -> None:
+        if every < 1 or batches < 1:
+            raise ValueError(f"every and batches must be at least 1, got {every}, {batches}")
+        self.every, self.batches = every, batches
+        self.options = dict(options or {})
+        valid = _leakage_options()
+        unknown = sorted(set(self.options) - valid)
+        if unknown:
+            raise ValueError(f"unknown DLGProbe option(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(sorted(valid))}")
+
+    def on_round_end(self, trainer: Any, round_idx: int) -> dict[str, float]:
+        if (round_idx + 1) % self.every:
+            return {}
+        value = None
+        if trainer.dist.is_writer:  # client 0 belongs to rank 0
+            client = trainer.load_client(0, round_idx + 1)
+            value = client_leakage(client, trainer.population.train_data[0], self.batches,
+                                   seed=derive_seed(trainer.seed, round_idx, 0), **self.options)
+        return {"dlg_psnr": trainer.dist.broadcast(value)}
+
+
+def _leakage_options() -> set[str]:
+    names = set()
+    for function in (client_leakage, evaluate_client_leakage, dlg_attack):
+        names |= {n for n, p in inspect.signature(function).parameters.items()
+                  if p.kind is inspect.Parameter.KEYWORD_ONLY or p.default is not p.empty}
+    return names - {"seed", "batches", "step_lr", "value_range"} | {"value_range"}
+
+
+__all__ = ["DLGProbe", "attack_surface", "client_leakage", "dlg_attack", "evaluate_client_leakage",
+           "psnr"]

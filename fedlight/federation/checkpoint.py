@@ -1,0 +1,69 @@
+"""Run checkpoints: which file ``ckpt_path`` names, and durable writes.
+
+``ckpt_path="last"`` resumes the newest checkpoint of THIS configuration's run: the folder named
+exactly ``<run name>`` or ``<run name>-v<k>`` (the versions a re-run creates), never a run whose
+name merely starts the same (``...-s1`` does not match ``...-s10``). Writes go to a temporary
+file that is flushed and fsynced, renamed over the old checkpoint, and the folder is fsynced,
+so a crash or power cut leaves either the old or the new checkpoint, whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_VERSION = 2
+LAST = "last.ckpt"
+
+
+def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
+    """The checkpoint file ``ckpt_path`` names: a path, or ``last`` for the newest
+    ``<root>/<run_name>[-v<k>]/checkpoints/last.ckpt``.
+
+    Raises:
+        FileNotFoundError: no such file / no such run, naming what was looked for.
+    """
+    if ckpt_path != "last":
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist")
+        return path
+    pattern = re.compile(rf"{re.escape(run_name)}(-v\d+)?")
+    candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{LAST}")
+                  if pattern.fullmatch(p.parent.parent.name)]
+    if not candidates:
+        raise FileNotFoundError(
+            f"ckpt_path='last' but no run named {run_name!r} with checkpoints/{LAST} exists "
+            f"under {str(root)!r}; pass a checkpoint path or run fit first")
+    return max(candidates, key=lambda p: p.stat().st_mtime)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint` (CPU tensors)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if checkpoint.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
+                         f"this fedlight reads version {CHECKPOINT_VERSION}")
+    return checkpoint
+
+
+def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
+    """Write ``obj`` to ``path`` durably: temporary file, fsync, rename, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        torch.save({**obj, "version": CHECKPOINT_VERSION}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+__all__ = ["CHECKPOINT_VERSION", "LAST", "find_checkpoint", "load_checkpoint", "save_checkpoint"]

@@ -1,0 +1,109 @@
+"""Starting the processes of a multi-process run, on Lightning Fabric only (see
+:mod:`fedlight.federation.distributed` for how the ranks share the work)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from lightning.fabric.strategies import DDPStrategy
+from torch import nn
+
+from fedlight.federation.server.base import move as _move
+from fedlight.federation.store import STORAGES
+
+#: ``trainer.strategy`` values and the start method of Fabric's DDP launcher they select.
+STRATEGIES = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork",
+              "ddp_notebook": "fork"}
+
+
+class FederatedDDPStrategy(DDPStrategy):
+    """Fabric's DDP strategy (launcher, process group, collectives) for per-client training:
+    :meth:`setup_module` does not wrap the module in ``DistributedDataParallel``, because the
+    ranks train different clients and must never average gradients or buffers."""
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        return module
+
+
+def check_scale_options(strategy: str, drop_rate: float, client_state_storage: str) -> None:
+    """Raise ``ValueError`` naming the bad value of the trainer's scale-out options."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)} (the "
+                         "sharding strategies split ONE model across devices; fedlight runs "
+                         "different clients on different processes)")
+    if not 0 <= drop_rate < 1:
+        raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
+    if client_state_storage not in STORAGES:
+        raise ValueError(f"unknown client_state_storage {client_state_storage!r}; valid: "
+                         f"{', '.join(STORAGES)}")
+
+
+def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision: str,
+                strategy: str = "auto") -> Fabric:
+    """The trainer's ``Fabric``: Fabric's own choice for one process, otherwise
+    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``)."""
+    options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
+                                   precision=precision, loggers=[])
+    if strategy == "auto":
+        if isinstance(devices, int) and devices * num_nodes == 1:
+            return Fabric(**options)
+        if not isinstance(devices, int):  # "auto", "0,1", ...: ask Fabric how many
+            fabric = Fabric(**options)
+            if fabric.world_size == 1:
+                return fabric
+    return Fabric(strategy=FederatedDDPStrategy(start_method=STRATEGIES[strategy]), **options)
+
+
+def needs_launch(fabric: Fabric) -> bool:
+    """True when the run has several processes and they are not started yet."""
+    return fabric.world_size > 1 and not torch.distributed.is_initialized()
+
+
+#: What a spawned run sends back to the calling process besides the method's return value.
+RETURNED_ATTRIBUTES = ("history", "server", "round_seconds", "totals", "last_client_scores")
+
+
+def launch(trainer: Any, method: str, *args: Any) -> Any:
+    """Start the processes with ``fabric.launch`` and call ``trainer.<method>(*args)`` in each.
+
+    Returns rank 0's result. With a spawn / fork launcher the calling process does not take
+    part; it receives rank 0's :data:`RETURNED_ATTRIBUTES` (``trainer.history`` and
+    ``trainer.global_state`` are then filled as after a 1-process run; the client states are
+    in the run's checkpoint).
+    """
+    fd, path = tempfile.mkstemp(prefix="fedlight-result-", suffix=".pt")
+    os.close(fd)
+    try:
+        result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(), *args)
+        if torch.distributed.is_initialized():  # this process was a rank itself (ddp / torchrun)
+            return result
+        value, attributes = torch.load(path, map_location="cpu", weights_only=False)
+    finally:
+        os.unlink(path)
+    for name, attribute in attributes.items():
+        setattr(trainer, name, attribute)
+    return value
+
+
+def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller: int,
+                    *args: Any) -> Any:
+    trainer.fabric = fabric  # the launched (set-up) Fabric of this process
+    value = getattr(trainer, method)(*args)
+    if fabric.global_rank != 0 or os.getpid() == caller:
+        return value
+    # A spawned / forked rank 0 hands its results to the caller through a file: Fabric's
+    # launcher reads its result pipe only after the workers exit (a result over the pipe's
+    # 64 KiB blocks forever), and tensors on a multiprocessing queue are shared through file
+    # descriptors that die with the worker.
+    attributes = {name: _move(getattr(trainer, name), torch.device("cpu"))
+                  for name in RETURNED_ATTRIBUTES if hasattr(trainer, name)}
+    torch.save((value, attributes), path)
+    return None
+
+
+__all__ = ["STRATEGIES", "FederatedDDPStrategy", "check_scale_options", "launch", "make_fabric",
+           "needs_launch"]

@@ -1,0 +1,299 @@
+"""The local loop: one client's local phases, driven like a Lightning training loop.
+
+In the spirit of Fabric's build-your-own-trainer example, every training batch of every phase
+runs through the LightningModule hooks in the order of Lightning's automatic optimization:
+
+    on_train_start                                   (once per client per round)
+      on_train_epoch_start
+        on_train_batch_start(batch, i)               (returning -1 ends the epoch)
+        training_step(batch, i)                      (None skips the step)
+        on_before_zero_grad(opt); opt.zero_grad()
+        on_before_backward(loss); fabric.backward(loss); on_after_backward()
+        on_before_optimizer_step(opt)                (gradients unscaled under fp16)
+        configure_gradient_clipping(opt, gradient_clip_val, gradient_clip_algorithm)
+        opt.step()
+        on_train_batch_end(outputs, batch, i)
+        schedulers with interval "step" (every `frequency` batches)
+      on_train_epoch_end
+      schedulers with interval "epoch" (every `frequency` epochs)
+    on_train_end
+
+``configure_optimizers`` may return any form Lightning accepts for automatic optimization:
+an optimizer, a one-element list or tuple, ``([optimizer], [schedulers])``, or a dict
+``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler", "interval", "frequency"}}``.
+It is called at the start of every phase (a phase may train a subset of the parameters). With
+``optimizer_state="persist"`` the optimizer's and schedulers' state of each (client, phase) is
+kept between rounds and restored into the fresh optimizer, so SGD momentum, Adam moments and a
+decaying learning rate carry over; with ``"fresh"`` (default, as PFLlib and the papers' code)
+every round starts anew.
+
+Never run: validation and test loops (``validation_step``, ``on_validation_*``), ``on_fit_*``,
+checkpoint hooks, ``configure_callbacks``; manual optimization and several optimizers are
+refused, as are schedulers that need a monitored metric (``ReduceLROnPlateau``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor, nn
+
+from fedlight.clients.base import FederatedClient, Phase, Upload
+from fedlight.data.datamodule import iterate_batches
+
+OPTIMIZER_STATES = ("fresh", "persist")
+CLIP_ALGORITHMS = ("norm", "value")
+Batch = tuple[Tensor, Tensor]
+
+
+@dataclass
+class SchedulerConfig:
+    """A learning-rate scheduler with Lightning's ``interval`` and ``frequency``."""
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+
+
+@dataclass
+class LocalResult:
+    """One client's local training: its upload, summed loss, step count and (with
+    ``optimizer_state="persist"``) the optimizer / scheduler state per phase."""
+
+    upload: Upload
+    loss_sum: Tensor
+    steps: int
+    optimizer_states: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def parse_optimizers(configured: Any, owner: str = "client"
+                     ) -> tuple[torch.optim.Optimizer, list[SchedulerConfig]]:
+    """The optimizer and scheduler configs of a ``configure_optimizers`` return value.
+
+    Raises:
+        TypeError: a form Lightning's automatic optimization does not accept, several
+            optimizers, or a scheduler that needs a monitored metric.
+    """
+    optimizer, schedulers = _split(configured, owner)
+    configs = []
+    for entry in schedulers:
+        config = (SchedulerConfig(**{k: v for k, v in entry.items()
+                                     if k in ("scheduler", "interval", "frequency")})
+                  if isinstance(entry, dict) else SchedulerConfig(entry))
+        if config.interval not in ("step", "epoch"):
+            raise TypeError(f"{owner}: lr_scheduler interval must be 'step' or 'epoch', got "
+                            f"{config.interval!r}")
+        if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise TypeError(f"{owner}: ReduceLROnPlateau needs a monitored validation metric, "
+                            "which federated local training does not have")
+        configs.append(config)
+    return optimizer, configs
+
+
+def _split(configured: Any, owner: str) -> tuple[torch.optim.Optimizer, list[Any]]:
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured, []
+    if isinstance(configured, dict) and "optimizer" in configured:
+        scheduler = configured.get("lr_scheduler")
+        return configured["optimizer"], [] if scheduler is None else [scheduler]
+    if isinstance(configured, (list, tuple)):
+        if len(configured) == 2 and all(isinstance(p, (list, tuple)) for p in configured):
+            optimizers, schedulers = configured
+            if len(optimizers) == 1:
+                return optimizers[0], list(schedulers)
+        elif len(configured) == 1:
+            return _split(configured[0], owner)
+    raise TypeError(f"{owner}.configure_optimizers must return one optimizer, optionally with "
+                    "schedulers (an optimizer, [optimizer], ([optimizer], [schedulers]) or "
+                    f"{{'optimizer': ..., 'lr_scheduler': ...}}); got {type(configured).__name__}"
+                    " (several optimizers need manual optimization, which fedlight does not run)")
+
+
+@contextlib.contextmanager
+def only_trainable(client: nn.Module, patterns: Sequence[str] | None) -> Iterator[None]:
+    """Freeze every parameter whose name matches none of ``patterns`` for the duration."""
+    if patterns is None:
+        yield
+        return
+    named = list(client.named_parameters())
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in named):
+            raise ValueError(f"{type(client).__name__}: phase pattern {pattern!r} matches no "
+                             "parameter")
+    previous = {n: p.requires_grad for n, p in named}
+    for name, param in named:
+        param.requires_grad_(previous[name] and any(fnmatch.fnmatchcase(name, p) for p in patterns))
+    try:
+        yield
+    finally:
+        for name, param in named:
+            param.requires_grad_(previous[name])
+
+
+class LocalLoop:
+    """Trains a client's local phases with Fabric (precision, device, backward).
+
+    Args:
+        fabric: the run's (launched) Fabric; the client must have been set up with it.
+        batch_size: local mini-batch size.
+        gradient_clip_val: clip gradients to this norm (or value) before every optimizer step,
+            through the module's ``configure_gradient_clipping``; ``None`` = no clipping.
+        gradient_clip_algorithm: ``norm`` or ``value``.
+        optimizer_state: ``fresh`` (new optimizer every round) or ``persist`` (see module doc).
+    """
+
+    def __init__(self, fabric: Fabric, batch_size: int = 10,
+                 gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
+                 optimizer_state: str = "fresh") -> None:
+        if optimizer_state not in OPTIMIZER_STATES:
+            raise ValueError(f"unknown optimizer_state {optimizer_state!r}; valid: "
+                             f"{', '.join(OPTIMIZER_STATES)}")
+        if gradient_clip_algorithm not in CLIP_ALGORITHMS:
+            raise ValueError(f"unknown gradient_clip_algorithm {gradient_clip_algorithm!r}; "
+                             f"valid: {', '.join(CLIP_ALGORITHMS)}")
+        if gradient_clip_val is not None and gradient_clip_val <= 0:
+            raise ValueError(f"gradient_clip_val must be positive, got {gradient_clip_val}")
+        self.fabric = fabric
+        self.batch_size = batch_size
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.persist = optimizer_state == "persist"
+
+    def fit(self, client: FederatedClient, data: Batch, generator: torch.Generator,
+            phases: Sequence[Phase], optimizer_states: dict[int, dict[str, Any]] | None = None,
+            ) -> LocalResult:
+        """Run ``phases`` on ``data`` (batches shuffled by ``generator``) and take the upload
+        after the phase that asks for it (else after the last)."""
+        if not phases:
+            raise ValueError(f"{type(client).__name__}: a local schedule needs at least one phase")
+        saved = dict(optimizer_states or {})
+        upload: Upload | None = None
+        loss_sum = torch.zeros((), device=self.fabric.device)
+        steps = 0
+        client.on_train_start()
+        for index, phase in enumerate(phases):
+            phase_loss, phase_steps, state = self.run_phase(
+                client, phase, lambda: iterate_batches(*data, self.batch_size, generator),
+                saved.get(index))
+            if not torch.isfinite(phase_loss):
+                context = client.context
+                where = (f"client {context.client_id} in round {context.round + 1}, "
+                         if context is not None else "")
+                raise FloatingPointError(
+                    f"non-finite training loss for {where}phase {phase.name!r} "
+                    f"(lr={getattr(client, 'lr', '?')}); lower the learning rate or check the data")
+            if state is not None:
+                saved[index] = state
+            loss_sum += phase_loss
+            steps += phase_steps
+            if upload is None and (phase.upload_after or index == len(phases) - 1):
+                upload = client.upload()
+        client.on_train_end()
+        assert upload is not None
+        return LocalResult(upload, loss_sum, steps, saved if self.persist else {})
+
+    def run_phase(self, client: FederatedClient, phase: Phase,
+                  epoch_batches: Callable[[], Iterable[Batch]],
+                  optimizer_state: dict[str, Any] | None = None,
+                  optimizer: torch.optim.Optimizer | None = None,
+                  ) -> tuple[Tensor, int, dict[str, Any] | None]:
+        """Train one phase: ``phase.epochs`` passes over ``epoch_batches()``. ``optimizer``
+        replaces ``configure_optimizers`` (e.g. a plain SGD step for an attack probe).
+        Returns the summed loss, the number of optimizer steps and, with ``persist``, the
+        optimizer / scheduler state to restore next time."""
+        client.phase = phase.name
+        loss_sum = torch.zeros((), device=self.fabric.device)
+        steps = 0
+        with only_trainable(client, phase.trainable), client.local_loop():
+            if optimizer is None:
+                optimizer, schedulers = parse_optimizers(client.configure_optimizers(),
+                                                         type(client).__name__)
+                _scale_lr(optimizer, schedulers, phase.lr_scale)
+            else:
+                schedulers = []
+            if self.persist and optimizer_state is not None:
+                optimizer.load_state_dict(optimizer_state["optimizer"])
+                for config, state in zip(schedulers, optimizer_state["schedulers"], strict=True):
+                    config.scheduler.load_state_dict(state)
+            wrapped = self.fabric.setup_optimizers(optimizer)
+            budget = phase.max_steps if phase.max_steps is not None else float("inf")
+            for epoch in range(phase.epochs):
+                if steps >= budget:
+                    break
+                client.on_train_epoch_start()
+                for batch_idx, batch in enumerate(epoch_batches()):
+                    if steps >= budget or client.on_train_batch_start(batch, batch_idx) == -1:
+                        break
+                    loss = self._step(client, wrapped, batch, batch_idx)
+                    if loss is not None:
+                        loss_sum += loss
+                        steps += 1
+                    _step_schedulers(client, schedulers, "step", batch_idx)
+                client.on_train_epoch_end()
+                _step_schedulers(client, schedulers, "epoch", epoch)
+            wrapped.zero_grad(set_to_none=True)
+        state = ({"optimizer": _cpu_copy(optimizer.state_dict()),
+                  "schedulers": [_cpu_copy(c.scheduler.state_dict()) for c in schedulers]}
+                 if self.persist else None)
+        return loss_sum, steps, state
+
+    def _step(self, client: FederatedClient, optimizer: Any, batch: Batch,
+              batch_idx: int) -> Tensor | None:
+        with self.fabric.autocast():  # a direct training_step call bypasses Fabric's forward
+            output = client.training_step(batch, batch_idx)
+        loss = output["loss"] if isinstance(output, dict) else output
+        if loss is not None:
+            client.on_before_zero_grad(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            client.on_before_backward(loss)
+            self.fabric.backward(loss)
+            client.on_after_backward()
+            # fp16: hooks and clipping see unscaled gradients (no-op for other precisions)
+            self.fabric.strategy.precision.unscale_gradients(optimizer.optimizer)
+            client.on_before_optimizer_step(optimizer)
+            client.configure_gradient_clipping(optimizer, self.gradient_clip_val,
+                                               self.gradient_clip_algorithm)
+            optimizer.step()
+        client.on_train_batch_end(output, batch, batch_idx)
+        return None if loss is None else loss.detach().float()
+
+
+def _scale_lr(optimizer: torch.optim.Optimizer, schedulers: list[SchedulerConfig],
+              scale: float) -> None:
+    """Multiply every learning rate (and the schedulers' base rates) by a phase's ``lr_scale``."""
+    if scale == 1.0:
+        return
+    for group in optimizer.param_groups:
+        group["lr"] *= scale
+        if "initial_lr" in group:
+            group["initial_lr"] *= scale
+    for config in schedulers:
+        if hasattr(config.scheduler, "base_lrs"):
+            config.scheduler.base_lrs = [lr * scale for lr in config.scheduler.base_lrs]
+
+
+def _step_schedulers(client: FederatedClient, schedulers: list[SchedulerConfig], interval: str,
+                     index: int) -> None:
+    for config in schedulers:
+        if config.interval == interval and (index + 1) % config.frequency == 0:
+            client.lr_scheduler_step(config.scheduler, None)
+
+
+def _cpu_copy(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cpu_copy(v) for v in obj]
+    return obj
+
+
+__all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
+           "only_trainable", "parse_optimizers"]

@@ -1,0 +1,131 @@
+"""The run's outputs as the trainer sees them: the folder (fresh or resumed), its header, one
+row per evaluated round (CSV + loggers + progress), checkpoints, and the closing summary.
+Only rank 0 writes; the other ranks hold a silent folder with the same path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fedlight.federation.checkpoint import LAST, find_checkpoint, save_checkpoint
+from fedlight.federation.distributed import Distributed, SilentRunFolder
+from fedlight.federation.outputs import RunFolder, plot_curves, summarize
+from fedlight.federation.progress import RoundProgress, final_table
+
+
+class RunWriter:
+    """Opens, fills and closes one run folder.
+
+    Args:
+        dist: this process's place in the run (rank 0 writes).
+        root: ``default_root_dir``.
+        run_name: the folder's base name.
+        loggers: logger names (``csv`` always).
+        group: the W&B group of the run.
+        wandb_project: the W&B project.
+        progress_bar: show a progress bar over rounds.
+        verbose: print the partition table and the final summary table.
+    """
+
+    def __init__(self, dist: Distributed, root: Path, run_name: str, loggers: list[str],
+                 group: str, wandb_project: str, progress_bar: bool, verbose: bool) -> None:
+        self.dist = dist
+        self.root, self.run_name = root, run_name
+        self.loggers, self.group, self.wandb_project = loggers, group, wandb_project
+        self.progress_bar, self.verbose = progress_bar, verbose
+        self.folder: RunFolder | None = None
+
+    # ----------------------------------------------------------------- opening
+    def checkpoint_file(self, ckpt_path: str) -> Path:
+        return find_checkpoint(ckpt_path, self.root, self.run_name)
+
+    def open(self, resume_from: Path | None, write_header: Callable[[RunFolder], None],
+             hyperparameters: Mapping[str, Any]) -> RunFolder:
+        """A fresh folder (``<run name>``, or ``-v2``, ``-v3``... when taken) with its header,
+        or the folder of the checkpoint being resumed."""
+        if not self.dist.is_writer:  # other ranks learn rank 0's folder and write nothing
+            self.folder = SilentRunFolder(self.dist.broadcast(None), [], "", self.wandb_project)
+            return self.folder
+        path = resume_from.parent.parent if resume_from is not None else self._fresh_path()
+        path = self.dist.broadcast(path)
+        self.folder = RunFolder(path, self.loggers, self.group, self.wandb_project)
+        if resume_from is None:
+            self.folder.create()
+            try:
+                write_header(self.folder)
+            except BaseException:
+                self.folder.remove()
+                raise
+        self.folder.open_loggers(hyperparameters)
+        return self.folder
+
+    def open_existing(self, checkpoint_file: Path | None) -> RunFolder:
+        """The folder of an evaluated checkpoint (``validate`` / ``test``), without loggers."""
+        folder = RunFolder if self.dist.is_writer else SilentRunFolder
+        self.folder = folder(self.dist.broadcast(checkpoint_file).parent.parent, [], "",
+                             self.wandb_project)
+        return self.folder
+
+    def _fresh_path(self) -> Path:
+        path = self.root / self.run_name
+        version = 2
+        while path.exists():
+            path = self.root / f"{self.run_name}-v{version}"
+            version += 1
+        return path
+
+    def progress(self, rounds: int) -> RoundProgress:
+        return RoundProgress(rounds, enabled=self.progress_bar and self.dist.is_writer)
+
+    # ----------------------------------------------------------------- during the run
+    def append(self, row: dict[str, Any]) -> None:
+        self.folder.append_row(row)
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        if self.dist.is_writer:
+            save_checkpoint(state, self.folder.checkpoint_dir / LAST)
+
+    # ----------------------------------------------------------------- closing
+    def finish(self, history: list[dict[str, Any]], extra: Mapping[str, Any],
+               per_client: list[dict[str, Any]]) -> dict[str, Any]:
+        """Write ``summary.json``, ``per_client.json`` and the plot; print the final table."""
+        summary = summarize(history, {**extra, "run_dir": str(self.folder.path)})
+        if not self.dist.is_writer:
+            return summary
+        folder = self.folder
+        folder.write_json("summary.json", summary)
+        folder.write_json("per_client.json", per_client)
+        plot_curves(history, folder.path / "accuracy.png", folder.path.name)
+        folder.log_images({"accuracy": folder.path / "accuracy.png",
+                           "partition": folder.path / "partition.png"})
+        folder.log_table("per_client_accuracy", per_client)
+        if self.verbose:
+            print(final_table(summary))
+        return summary
+
+    def close(self, failed: bool = False) -> None:
+        """Close the loggers; on a failure before any checkpoint, remove the folder (nothing
+        complete to keep)."""
+        if self.folder is None:
+            return
+        if failed and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
+            self.folder.remove()
+        else:
+            self.folder.close()
+
+    def print_metrics(self, stage: str, metrics: Mapping[str, Any]) -> None:
+        if self.dist.is_writer:
+            print(final_table({f"{stage}_{k}": v for k, v in metrics.items()
+                               if isinstance(v, float) and k.endswith("accuracy")}))
+
+
+def to_yaml(obj: Mapping[str, Any]) -> str:
+    """A plain YAML dump (tuples and paths become lists and strings)."""
+    import yaml
+
+    return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
+
+
+__all__ = ["RunWriter", "to_yaml"]

@@ -1,0 +1,48 @@
+"""Which clients train in a round and which of them fail to report: pure functions of
+``(seed, round)``, so every process draws the same clients and a resumed run needs no RNG
+state."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+_DROP_STREAM = 0x44524F50  # tags the dropout stream apart from the sampling stream
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed that is a pure function of the integer ``parts``."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def sample_clients(num_clients: int, join_ratio: float, seed: int, round_idx: int) -> list[int]:
+    """The clients of a round: ``max(1, round(join_ratio * N))`` drawn without replacement from a
+    generator seeded by ``(seed, round)``, sorted."""
+    count = max(1, int(round(join_ratio * num_clients)))
+    if count >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng([seed, round_idx])
+    return sorted(int(c) for c in rng.choice(num_clients, size=count, replace=False))
+
+
+def drop_clients(participants: Sequence[int], drop_rate: float, seed: int,
+                 round_idx: int) -> list[int]:
+    """The sampled clients that train but fail to report this round (sorted).
+
+    As PFLlib's ``client_drop_rate``: ``floor((1 - drop_rate) * n)`` of the ``n`` sampled
+    clients report, at least one; the others are drawn without replacement from a generator
+    seeded by ``(seed, round)`` on its own stream, so the sampled clients do not change with
+    ``drop_rate`` and every process draws the same ones.
+    """
+    count = len(participants)
+    if drop_rate <= 0 or count < 2:
+        return []
+    survivors = max(1, math.floor((1.0 - drop_rate) * count + 1e-9))
+    rng = np.random.default_rng([int(seed), int(round_idx), _DROP_STREAM])
+    chosen = rng.choice(np.asarray(participants), size=count - survivors, replace=False)
+    return sorted(int(c) for c in chosen)
+
+
+__all__ = ["derive_seed", "drop_clients", "sample_clients"]

@@ -1,0 +1,52 @@
+"""Checks and preparation of a trainer's arguments and of the client it trains."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fedlight.clients.base import FederatedClient
+
+#: Trainer options of fedlight 0.1 that moved, and where they live now.
+MOVED_OPTIONS = {
+    "dp_clip_norm": "server: {class_path: DPFedAvg, init_args: {clip_norm: ...}}",
+    "dp_noise_multiplier": "server: {class_path: DPFedAvg, init_args: {noise_multiplier: ...}}",
+    "dp_delta": "server: {class_path: DPFedAvg, init_args: {delta: ...}}",
+    "dlg_every": "trainer.probes: [{class_path: DLGProbe, init_args: {every: ...}}]",
+    "dlg_batches": "trainer.probes: [{class_path: DLGProbe, init_args: {batches: ...}}]",
+    "dlg_options": "trainer.probes: [{class_path: DLGProbe, init_args: {options: ...}}]",
+}
+
+
+def check_moved(options: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` for options the trainer does not take, naming the new place of the
+    ones that moved."""
+    for name in options:
+        if name in MOVED_OPTIONS:
+            raise TypeError(f"trainer option {name!r} moved: use {MOVED_OPTIONS[name]}")
+    if options:
+        raise TypeError(f"unknown trainer option(s) {', '.join(sorted(options))}")
+
+
+def check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def reinitialize(client: FederatedClient, seed: int) -> None:
+    """Give ``client`` the weights a construction right after ``torch.manual_seed(seed)`` gives
+    (what the CLI does), without touching the global RNG state.
+
+    The client is rebuilt with the arguments of its own constructor call and its state copied
+    over, so every method's own initialization (zero-initialized heads, copies) is kept.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(client)(**client.construction)
+    client.load_state_dict(fresh.state_dict())
+
+
+__all__ = ["MOVED_OPTIONS", "check_moved", "check_positive", "reinitialize"]
