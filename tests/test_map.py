@@ -139,7 +139,7 @@ def test_upload_is_the_phase_one_model_and_the_hpm_the_personalized_one(tmp_path
     data = tiny_data(partition="pathological")  # 2 of 4 classes per client: RS matters
     trainer = tiny_trainer(tmp_path, local_epochs=2, batch_size=16)
     trainer._prepare(make_client(), data)
-    upload, _ = trainer._train_client(1, 0)  # (report to the server, round statistics)
+    upload, _ = trainer.round.train_client(1, 0)  # (report to the server, round statistics)
 
     reference = make_client()
     x, y = data.client_train(1)

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from fedlight.federation.server.base import ServerRule, move
+
 CHECKPOINT_VERSION = 2
 LAST = "last.ckpt"
 
@@ -51,6 +53,25 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return checkpoint
 
 
+def run_checkpoint(rounds_done: int, method: str, server: ServerRule,
+                   population: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """What a run's checkpoint holds: rounds done, the method and server rule names (checked on
+    resume), the rule's state on CPU, every client's state (``population``) and ``extra``
+    (grad scale, history, totals)."""
+    return {"rounds_done": rounds_done, "method": method, "server_rule": type(server).__name__,
+            "server": move(server.state_dict(), torch.device("cpu")), **population, **extra}
+
+
+def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str | None) -> None:
+    """Refuse a checkpoint written by another method (or, unless ``server_rule`` is None,
+    another server rule), naming both."""
+    if checkpoint["method"] != method:
+        raise ValueError(f"checkpoint was written by {checkpoint['method']}, not {method}")
+    if server_rule is not None and checkpoint["server_rule"] != server_rule:
+        raise ValueError(f"checkpoint was written with server rule "
+                         f"{checkpoint['server_rule']}, not {server_rule}")
+
+
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """Write ``obj`` to ``path`` durably: temporary file, fsync, rename, fsync the folder."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -66,4 +87,7 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
         os.close(folder)
 
 
-__all__ = ["CHECKPOINT_VERSION", "LAST", "find_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_VERSION", "LAST", "check_compatible", "find_checkpoint", "load_checkpoint",
+    "run_checkpoint", "save_checkpoint",
+]

@@ -24,19 +24,19 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.aggregate import WEIGHTINGS, state_bytes
+from fedlight.federation.aggregate import WEIGHTINGS
+from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.launch import check_scale_options, launch, make_fabric, needs_launch
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
-from fedlight.federation.precision import RoundGradScale
 from fedlight.federation.probes import Probe
+from fedlight.federation.round import RoundRunner
 from fedlight.federation.run import RunWriter, to_yaml
 from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
-from fedlight.federation.server import Report, ServerContext, ServerRule, resolve_rule
-from fedlight.federation.server.base import move
+from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
 from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_positive, reinitialize
 
 
@@ -208,7 +208,7 @@ class FederatedTrainer:
         self._prepare(model, datamodule, server)
         checkpoint_file = self.writer.checkpoint_file(ckpt_path) if (
             ckpt_path and self.dist.is_writer) else None
-        checkpoint = (self.dist.share_checkpoint(lambda: self._read(checkpoint_file))
+        checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
         self.writer.open(checkpoint_file, self._write_header, self._hyperparameters())
         try:
@@ -263,7 +263,6 @@ class FederatedTrainer:
         self.client, self.datamodule = model, datamodule
         self.num_clients = datamodule.num_clients
         self.dist = Distributed(self.fabric)
-        self.grad_scale = RoundGradScale(self.fabric)
         self.fabric.setup_module(model)
         model.capture_logs(True)
         device = self.fabric.device
@@ -278,6 +277,9 @@ class FederatedTrainer:
             self.client_state_storage, self.client_state_dir or self.default_root_dir,
             self.rounds, self.join_ratio, self.batch_size)
         self.loop = LocalLoop(self.fabric, self.batch_size, **self.local_options)
+        self.round = RoundRunner(self.fabric, self.dist, model, self.server, self.population,
+                                 self.loop, self.seed, self.local_epochs, self.weighting)
+        self.grad_scale = self.round.grad_scale
         self.evaluator = Evaluator(
             self.fabric, self.dist, self.population, self.loop,
             tuple(t.to(device) for t in datamodule.global_test()), self.eval_batch_size,
@@ -331,29 +333,19 @@ class FederatedTrainer:
         dropped = set(drop_clients(participants, self.drop_rate, self.seed, round_idx))
         after_training = evaluate and self.client.evaluate_after_local_training
         started = time.perf_counter()
-        self.server.begin_round(round_idx)
-        stats: dict[int, dict[str, Any]] = {}
-        scores: dict[int, dict[str, Score]] = {}
-        for client_id in self.dist.owned(participants):  # all of them with one process
-            report, stats[client_id] = self._train_client(client_id, round_idx)
-            if client_id not in dropped:  # a dropped client trained but never reports
-                self.server.add(report)
-                stats[client_id]["bytes_up"] = state_bytes(report.state) + state_bytes(
-                    report.payload)
-            if after_training:
-                scores[client_id] = self.evaluator.score_client(self.client, client_id, round_idx)
-        self.server.end_round(self.dist)
-        self.grad_scale.end_round(self.dist)
-        row = self._round_stats(self.dist.gather_by_client(stats), round_idx, dropped)
+        result = self.round.run(round_idx, participants, dropped,
+                                self.evaluator if after_training else None)
+        row = result.stats
+        if self.drop_rate:
+            row["dropped"] = len(dropped)
         row["seconds"] = seconds = time.perf_counter() - started
         self.round_seconds.append(seconds)
-        self.totals["seconds"] += seconds
-        self.totals["bytes_up"] += row["bytes_up"]
-        self.totals["bytes_down"] += row["bytes_down"]
+        for key in self.totals:
+            self.totals[key] += row[key]
         if not evaluate:
             return None
         metrics = self.evaluator.evaluate(self.client, self.server, round_idx,
-                                          scores if after_training else None)
+                                          result.scores if after_training else None)
         self.last_client_scores = self.evaluator.last_client_scores
         row = {"round": round_idx + 1, **metrics, **row}
         row.update(self.server.round_metrics(round_idx + 1))
@@ -361,87 +353,25 @@ class FederatedTrainer:
             row.update(probe.on_round_end(self, round_idx))
         return row
 
-    def _train_client(self, client_id: int, round_idx: int) -> tuple[Report, dict[str, Any]]:
-        shared, message = self.server.download(client_id)
-        seed = derive_seed(self.seed, round_idx, client_id)
-        torch.manual_seed(seed)
-        self.population.start_training(self.client, client_id, round_idx, shared, message)
-        phases = self.client.local_phases(self.local_epochs)
-        self.grad_scale.begin_client()  # fp16: every client of a round starts from one scale
-        result = self.loop.fit(self.client, self.population.train_data[client_id],
-                               torch.Generator().manual_seed(seed), phases,
-                               self.population.optimizer_states.get(client_id))
-        self.grad_scale.end_client()
-        self.client.on_round_end()
-        self.population.finish_training(self.client, client_id, result.optimizer_states)
-        upload = result.upload
-        weight = upload.weight if self.weighting == "samples" else 1.0
-        return Report(client_id, upload.state, weight, upload.payload), {
-            "loss": result.loss_sum, "steps": result.steps, "bytes_up": 0,
-            "bytes_down": state_bytes(shared) + state_bytes(message),
-            "logs": self.client.pop_federated_logs()}
-
-    def _round_stats(self, stats: dict[int, dict[str, Any]], round_idx: int,
-                     dropped: set[int]) -> dict[str, Any]:
-        """Train loss, bytes and logged values of a round, accumulated in client-id order."""
-        loss = torch.zeros((), device=self.fabric.device)
-        steps = 0
-        logs: dict[str, list[Tensor]] = {}
-        for client_id, entry in stats.items():
-            if client_id in dropped:
-                continue
-            loss += entry["loss"]
-            steps += entry["steps"]
-            for name, value in entry["logs"].items():
-                if name != "train_loss":  # already the round's train_loss column
-                    logs.setdefault(name, []).append(value)
-        row: dict[str, Any] = {
-            "train_loss": float(loss) / max(steps, 1),
-            "bytes_up": sum(e["bytes_up"] for e in stats.values()),
-            "bytes_down": sum(e["bytes_down"] for e in stats.values()),
-        }
-        if self.drop_rate:
-            row["dropped"] = len(dropped)
-        row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
-        return row
-
     # ================================================================= checkpoints
-    def _read(self, path: Path | None) -> dict[str, Any]:
-        from fedlight.federation.checkpoint import load_checkpoint
-
-        return load_checkpoint(path)
-
     def _save_checkpoint(self, rounds_done: int) -> None:
         population = self.population.checkpoint()  # a collective: every rank takes part
-        if not self.dist.is_writer:
-            return
-        self.writer.save_checkpoint({
-            "rounds_done": rounds_done,
-            "method": type(self.client).__name__,
-            "server_rule": type(self.server).__name__,
-            "server": move(self.server.state_dict(), torch.device("cpu")),
-            **population,
-            "grad_scale": self.grad_scale.value,
-            "history": self.history,
-            "totals": self.totals,
-        })
+        if self.dist.is_writer:
+            self.writer.save_checkpoint(run_checkpoint(
+                rounds_done, type(self.client).__name__, self.server, population,
+                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals))
 
     def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
-        method = type(self.client).__name__
-        if checkpoint["method"] != method:
-            raise ValueError(f"checkpoint was written by {checkpoint['method']}, not {method}")
-        if not states_only and checkpoint["server_rule"] != type(self.server).__name__:
-            raise ValueError(f"checkpoint was written with server rule "
-                             f"{checkpoint['server_rule']}, not {type(self.server).__name__}")
+        check_compatible(checkpoint, type(self.client).__name__,
+                         None if states_only else type(self.server).__name__)
         self.server.load_state_dict(checkpoint["server"])
         self.server.to(self.fabric.device)
         self.population.restore(checkpoint)
-        if states_only:
-            return int(checkpoint["rounds_done"])
-        self.grad_scale.load(checkpoint.get("grad_scale"))
-        self.history = list(checkpoint["history"])
-        self.totals = dict(checkpoint["totals"])
-        self.writer.folder.write_history(self.history)
+        if not states_only:
+            self.grad_scale.load(checkpoint.get("grad_scale"))
+            self.history = list(checkpoint["history"])
+            self.totals = dict(checkpoint["totals"])
+            self.writer.folder.write_history(self.history)
         return int(checkpoint["rounds_done"])
 
     # ================================================================= the end
@@ -466,7 +396,7 @@ class FederatedTrainer:
         self._prepare(model, datamodule)
         try:
             file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
-            checkpoint = self.dist.share_checkpoint(lambda: self._read(file))
+            checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
             self.writer.open_existing(file)
             rounds_done = self._restore(checkpoint, states_only=True)
             metrics = self.evaluator.evaluate(self.client, self.server, rounds_done, None)
