@@ -31,6 +31,13 @@ def tiny_trainer(root, **kwargs) -> FederatedTrainer:
     return FederatedTrainer(**options)
 
 
+def make_client(cls, **kwargs):
+    """A seeded client of class ``cls`` sized for tiny_data (MLP on 1x8x8, 4 classes)."""
+    torch.manual_seed(0)
+    return cls(**{"backbone": "mlp", "num_classes": 4, "input_shape": (1, 8, 8), "lr": 0.1,
+                  **kwargs})
+
+
 @pytest.fixture
 def data() -> FederatedDataModule:
     return tiny_data()

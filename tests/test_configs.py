@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedlight.cli import FedlightCLI, main
 from fedlight.clients import CLIENTS
@@ -15,7 +16,9 @@ from fedlight.data.sources import SOURCES
 
 ROOT = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(ROOT.rglob("*.yaml"))
-RUNNABLE = [p for p in ALL if "paper" not in p.relative_to(ROOT).parts]
+# configs/server/ holds fragments (a top-level server: section) added after a method's config
+SERVER = [p for p in ALL if p.parent.name == "server"]
+RUNNABLE = [p for p in ALL if "paper" not in p.relative_to(ROOT).parts and p not in SERVER]
 PAPER = [p for p in ALL if "paper" in p.relative_to(ROOT).parts]
 
 
@@ -32,6 +35,16 @@ def test_config_runs_one_round(config, tmp_path):
     summary = json.loads(summaries[0].read_text())
     assert summary["rounds"] == 1
     assert 0.0 <= summary["last_personalized_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("config", SERVER, ids=_id)
+def test_server_fragment_runs_after_a_method_config(config, tmp_path):
+    main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "-c", str(config),
+          "--trainer.rounds", "1", "--trainer.progress_bar", "false", "--data.num_clients", "8",
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "csv"])
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    expected = yaml.safe_load(config.read_text())["server"]["class_path"]
+    assert summary["server"] == expected and summary["rounds"] == 1
 
 
 class _ParseOnly(FedlightCLI):

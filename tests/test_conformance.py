@@ -6,20 +6,22 @@ default backbone) on synthetic 1x28x28 data:
 
 * what leaves a client is exactly its shared partition: no private tensor in an upload;
 * averaging identical uploads gives back that upload;
-* the same seed gives the same metrics;
+* the same seed gives the same metrics, and a resumed run the same as an uninterrupted one;
 * a few local steps on a tiny batch lower the method's own loss, in every local phase.
 """
 
 from __future__ import annotations
 
 import csv
-import fnmatch
+import functools
 
 import pytest
 import torch
+from lightning.fabric import Fabric
 
-from fedlight.clients import CLIENTS, ClientContext, FederatedClient
+from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
 from fedlight.federation.aggregate import weighted_mean
+from fedlight.federation.local import LocalLoop
 from tests.conftest import tiny_data, tiny_trainer
 
 NUM_CLASSES = 4
@@ -83,47 +85,45 @@ def _metrics(run_dir) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
-def test_same_seed_gives_the_same_metrics(name, cls, tmp_path, monkeypatch):
+def test_same_seed_and_a_resumed_run_give_the_same_metrics(name, cls, tmp_path, monkeypatch):
+    """Run a: 2 rounds. Run b: 1 round, then resumed from its checkpoint to 2 rounds."""
     # the figures are not under test here and cost half of a tiny run
     monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
-    runs = []
-    for run in ("a", "b"):
-        trainer = tiny_trainer(tmp_path, rounds=2, join_ratio=0.5, batch_size=10, run_name=run,
-                               checkpoint_every=2)
-        trainer.fit(build(cls), data())
-        runs.append(_metrics(tmp_path / run))
-    assert len(runs[0]) == 2 and runs[0] == runs[1]
+    trainers = {}
+    for run, rounds, ckpt_path in (("a", 2, None), ("b", 1, None), ("b", 2, "last")):
+        trainers[run] = tiny_trainer(tmp_path, rounds=rounds, join_ratio=0.5, batch_size=10,
+                                     run_name=run, checkpoint_every=1)
+        trainers[run].fit(build(cls), data(), ckpt_path=ckpt_path)
+    full, resumed = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
+    assert len(full) == 2 and full == resumed
+    for key, value in trainers["a"].global_state.items():
+        assert torch.equal(value, trainers["b"].global_state[key]), key
+    for client_id, state in trainers["a"].client_states.items():
+        for key, value in state.items():
+            assert torch.equal(value, trainers["b"].client_states[client_id][key]), key
 
 
-def _freeze(client: FederatedClient, patterns: tuple[str, ...] | None) -> None:
-    for param_name, param in client.named_parameters():
-        param.requires_grad_(patterns is None
-                             or any(fnmatch.fnmatchcase(param_name, p) for p in patterns))
+def _record_loss(losses: list[float], output, *_) -> None:
+    losses.append(float((output["loss"] if isinstance(output, dict) else output).detach()))
 
 
 @pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
 def test_local_steps_lower_the_loss_in_every_phase(name, cls):
     client = started(cls)
-    x, y = client.context.train_data
-    trainable = [p.requires_grad for p in client.parameters()]
+    batch = client.context.train_data
+    loop = LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=len(batch[1]))
+
+    def same_batch_same_noise():
+        for _ in range(8):
+            torch.manual_seed(1)  # the same noise (dropout, Gumbel, ...) at every step
+            yield batch
+
     for phase in client.local_phases(1):
         if phase.epochs == 0:
             continue
-        client.phase = phase.name
-        _freeze(client, phase.trainable)
-        optimizer = client.configure_optimizers()
-        optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
-        losses = []
-        for step in range(8):
-            torch.manual_seed(1)  # the same noise (dropout, Gumbel, ...) at every step
-            output = client.training_step((x, y), step)
-            loss = output["loss"] if isinstance(output, dict) else output
-            loss.backward()
-            client.on_before_optimizer_step(optimizer)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
+        losses: list[float] = []
+        client.on_train_batch_end = functools.partial(_record_loss, losses)
+        loop.run_phase(client, Phase(phase.name, 1, phase.trainable, lr_scale=phase.lr_scale),
+                       same_batch_same_noise)
         assert losses[-1] < losses[0], f"{name}, phase {phase.name!r}: {losses}"
-    for param, flag in zip(client.parameters(), trainable, strict=True):
-        param.requires_grad_(flag)

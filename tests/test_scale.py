@@ -24,6 +24,7 @@ from fedlight.federation import FederatedTrainer
 from fedlight.federation.aggregate import weighted_mean
 from fedlight.federation.launch import FederatedDDPStrategy, make_fabric
 from fedlight.federation.sampling import drop_clients
+from fedlight.federation.server import CoordinateMedian, FedAdam
 from fedlight.federation.store import DiskClientStore, MemoryClientStore, make_store
 from tests.conftest import tiny_data, tiny_trainer
 
@@ -296,3 +297,15 @@ def test_disk_store_keeps_only_clients_that_were_put(tmp_path):
 def test_bad_scale_options_are_refused(option, value, message):
     with pytest.raises(ValueError, match=message):
         FederatedTrainer(**{option: value})
+
+
+@pytest.mark.parametrize("make_rule", [lambda: FedAdam(lr=0.05), CoordinateMedian],
+                         ids=["fedadam-all-reduced", "median-gathered"])
+def test_two_process_server_rules_equal_one_process(tmp_path, make_rule):
+    one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1)
+    two = tiny_trainer(tmp_path, rounds=2, run_name="two", threads=1, **TWO)
+    first = one.fit(make_client(), tiny_data(), server=make_rule())
+    second = two.fit(make_client(), tiny_data(), server=make_rule())
+    assert rows(first) == rows(second)
+    for key, value in one.global_state.items():
+        assert torch.equal(value, two.global_state[key]), key

@@ -13,9 +13,10 @@ server takes one optimizer step on it, per coordinate:
 with ``m = beta1 m + (1 - beta1) Delta`` for the three adaptive ones, ``m`` and ``v`` starting at
 0 and ``tau^2`` (the paper asks ``v_{-1} >= tau^2``), and no bias correction (as Algorithm 2).
 FedAvgM's form is the heavy-ball momentum of Hsu, Qi and Brown (arXiv:1909.06335) that Reddi
-et al. compare against; with ``momentum=0, lr=1`` it is FedAvg exactly. The adaptive rules
-approach FedAvg with ``beta1=0, lr=tau`` as ``tau`` grows (``Delta / (sqrt(v) + tau) * tau ->
-Delta``).
+et al. compare against; with ``momentum=0, lr=1`` it is FedAvg exactly. FedAdam approaches
+FedAvg with ``beta1=0, beta2=0, lr=tau`` as ``tau`` grows (then ``v = Delta^2`` and the
+step ``tau Delta / (|Delta| + tau) -> Delta``); with ``v`` starting at ``tau^2`` and ``beta2 >
+0`` the limit is ``lr Delta / ((1 + sqrt(beta2)) tau)`` instead.
 
 Choices: every floating tensor of the shared state (BatchNorm running statistics included) is
 stepped; integer buffers (``num_batches_tracked``) take the plain mean. The arithmetic and the
