@@ -29,8 +29,8 @@ Analyses, on each client's held-out test split with its final model (mean over s
 * overlap of important features between domains (paper Fig. 10): Jaccard index of each
   domain's top-50 % most often selected features (first seed).
 
-The per-round per-client scores come from a ``FederatedTrainer`` subclass that records the
-trainer's ``last_client_scores`` after each evaluation (a private attribute of the engine).
+The per-round per-client scores come from a probe (PerClientScores) that records the trainer's
+last_client_scores after each evaluated round.
 """
 
 from __future__ import annotations
@@ -58,24 +58,23 @@ from fedlight.clients.fedpick import FedPick, feature_sparsity_ratio, fisher_sco
 from fedlight.data import FederatedDataModule  # noqa: E402
 from fedlight.data.crossdomain import DIGITS5_DOMAINS  # noqa: E402
 from fedlight.federation import FederatedTrainer  # noqa: E402
+from fedlight.federation.probes import Probe  # noqa: E402
 
 SHORT = {"mnist": "MT", "mnist_m": "MM", "usps_like": "UP*", "mnist_inverted": "MI",
          "svhn_like": "SV*"}
 COMMON: dict[str, Any] = {"backbone": "cnn_bn", "lr": 0.01, "momentum": 0.5}  # + data shape
 
 
-class RecordingTrainer(FederatedTrainer):
-    """A ``FederatedTrainer`` that keeps every evaluation's per-client accuracies."""
+class PerClientScores(Probe):
+    """Keeps every evaluation's per-client accuracies; adds no metric column."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self) -> None:
         self.per_round: list[dict[int, dict[str, float]]] = []
 
-    def _evaluate(self, after_training: Any) -> dict[str, Any]:
-        metrics = super()._evaluate(after_training)
+    def on_round_end(self, trainer: FederatedTrainer, round_idx: int) -> dict[str, float]:
         self.per_round.append({client: {name: score.accuracy for name, score in scores.items()}
-                               for client, scores in self.last_client_scores.items()})
-        return metrics
+                               for client, scores in trainer.last_client_scores.items()})
+        return {}
 
 
 @dataclass
@@ -123,16 +122,15 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 # ===================================================================== analyses
 @torch.no_grad()
-def analyse(trainer: RecordingTrainer) -> dict[str, Any]:
+def analyse(trainer: FederatedTrainer) -> dict[str, Any]:
     """Sparsity, keep ratio, Fisher scores and selection frequencies per client (final state)."""
     client = trainer.client
     result: dict[str, Any] = {"sparsity_g": [], "sparsity_p": [], "keep": [], "fisher_kept": [],
                               "fisher_dropped": [], "frequency": []}
     for i in range(trainer.num_clients):
-        private = trainer.client_states.get(i, trainer.initial_private)
-        client.load_state_dict({**trainer.global_state, **private})
+        trainer.population.load(client, i, trainer.rounds, trainer.global_state)
         client.eval()
-        x, y = trainer.test_data[i]
+        x, y = trainer.population.test_data[i]
         z_g = client.model.encoder(x)
         result["sparsity_g"].append(feature_sparsity_ratio(z_g))
         if isinstance(client, FedPick) and client.pfsm is not None:
@@ -165,11 +163,12 @@ def run_one(make: Callable[[], FederatedClient], seed: int, rounds: int, threads
             root: Path, data: FederatedDataModule) -> Run:
     torch.manual_seed(seed)
     client = make()
-    trainer = RecordingTrainer(rounds=rounds, batch_size=64, seed=seed, accelerator="cpu",
+    scores = PerClientScores()
+    trainer = FederatedTrainer(rounds=rounds, batch_size=64, seed=seed, accelerator="cpu",
                                default_root_dir=str(root), progress_bar=False, logger="csv",
-                               checkpoint_every=rounds, threads=threads)
+                               checkpoint_every=rounds, threads=threads, probes=[scores])
     _quiet(trainer.fit, client, data)
-    return Run(trainer.per_round, analyse(trainer))
+    return Run(scores.per_round, analyse(trainer))
 
 
 def _quiet(fn: Callable, *args: Any) -> Any:

@@ -56,7 +56,7 @@ from torch import Tensor, nn
 os.environ.setdefault("WANDB_MODE", "offline")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedlight.clients import CLIENTS, ClientContext, FederatedClient  # noqa: E402
+from fedlight.clients import CLIENTS, FederatedClient  # noqa: E402
 from fedlight.data import FederatedDataModule  # noqa: E402
 from fedlight.federation import FederatedTrainer  # noqa: E402
 from fedlight.privacy import ClientLevelDP, client_leakage, psnr  # noqa: E402
@@ -123,18 +123,10 @@ def surface_module(client: FederatedClient, surface: str) -> str | nn.Module:
 def leakage(trainer: FederatedTrainer, surfaces: list[str], images: int, iterations: int,
             seed: int) -> dict[str, float]:
     """Client 0 loaded for round ``rounds + 1``; PSNR per attacked surface."""
-    client = trainer.client
-    client.load_state_dict({**trainer.global_state,
-                            **trainer.client_states.get(0, trainer.initial_private)})
-    client.context = ClientContext(
-        client_id=0, round=trainer.rounds, rounds=trainer.rounds + 1,
-        join_ratio=trainer.join_ratio, class_counts=trainer.class_counts[0],
-        participations=trainer.participations[0], train_data=trainer.train_data[0],
-        batch_size=trainer.batch_size)
-    client.train()
-    client.on_round_start(trainer.rounds, trainer.message)
-    return {surface: client_leakage(client, trainer.train_data[0], batches=images, batch_size=1,
-                                    seed=seed, surface=surface_module(client, surface),
+    client = trainer.load_client(0, trainer.rounds)
+    data = trainer.population.train_data[0]
+    return {surface: client_leakage(client, data, batches=images, batch_size=1, seed=seed,
+                                    surface=surface_module(client, surface),
                                     iterations=iterations)
             for surface in surfaces}
 

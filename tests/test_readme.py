@@ -37,3 +37,19 @@ def test_readme_python_snippet_is_reproducible(tmp_path, monkeypatch):
     assert first["last_personalized_accuracy"] == second["last_personalized_accuracy"]
     rows = [list(csv.DictReader(open(Path(s["run_dir"]) / "metrics.csv"))) for s in summaries]
     assert rows[0][0]["train_loss"] == rows[1][0]["train_loss"]
+
+
+def test_extending_guide_examples_run(tmp_path):
+    """The server rule and probe written in docs/extending.md work in a run."""
+    from fedlight.clients import FedAvg
+    from tests.conftest import make_client, tiny_data, tiny_trainer
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    namespace: dict = {}
+    for block in re.findall(r"```python\n(.*?)```", guide, re.S):
+        if "class Median" in block or "class HeadNorm" in block:
+            exec(compile(block, "extending.md", "exec"), namespace)  # noqa: S102
+    trainer = tiny_trainer(tmp_path, rounds=2, probes=[namespace["HeadNorm"]()])
+    summary = trainer.fit(make_client(FedAvg), tiny_data(), server=namespace["Median"]())
+    rows = list(csv.DictReader(open(Path(summary["run_dir"]) / "metrics.csv")))
+    assert summary["server"] == "Median" and float(rows[-1]["head_norm"]) > 0

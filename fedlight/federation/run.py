@@ -121,6 +121,19 @@ class RunWriter:
                                if isinstance(v, float) and k.endswith("accuracy")}))
 
 
+def default_run_name(client: Any, datamodule: Any, seed: int) -> str:
+    """``<method>-<source>-<partition>-s<seed>``, lower-case method name."""
+    return f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
+
+
+def describe_run(client: Any, datamodule: Any, server: Any,
+                 trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters logged with a run (and written as config.yaml from Python)."""
+    return {"method": type(client).__name__, "server": type(server).__name__,
+            "model": dict(client.hparams), "data": dict(datamodule.hparams),
+            "trainer": dict(trainer)}
+
+
 def to_yaml(obj: Mapping[str, Any]) -> str:
     """A plain YAML dump (tuples and paths become lists and strings)."""
     import yaml
@@ -128,4 +141,4 @@ def to_yaml(obj: Mapping[str, Any]) -> str:
     return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
 
 
-__all__ = ["RunWriter", "to_yaml"]
+__all__ = ["RunWriter", "default_run_name", "describe_run", "to_yaml"]

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from fedlight.clients.base import FederatedClient
+from fedlight.federation.aggregate import WEIGHTINGS
 
 #: Trainer options of fedlight 0.1 that moved, and where they live now.
 MOVED_OPTIONS = {
@@ -30,10 +31,15 @@ def check_moved(options: Mapping[str, Any]) -> None:
         raise TypeError(f"unknown trainer option(s) {', '.join(sorted(options))}")
 
 
-def check_positive(**values: int) -> None:
-    for name, value in values.items():
+def check_options(join_ratio: float, weighting: str, **counts: int) -> None:
+    """Refuse a join ratio outside (0, 1], an unknown weighting and counts below 1."""
+    for name, value in counts.items():
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
+    if not 0 < join_ratio <= 1:
+        raise ValueError(f"join_ratio must be in (0, 1], got {join_ratio}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
 
 
 def reinitialize(client: FederatedClient, seed: int) -> None:
@@ -49,4 +55,4 @@ def reinitialize(client: FederatedClient, seed: int) -> None:
     client.load_state_dict(fresh.state_dict())
 
 
-__all__ = ["MOVED_OPTIONS", "check_moved", "check_positive", "reinitialize"]
+__all__ = ["MOVED_OPTIONS", "check_moved", "check_options", "reinitialize"]

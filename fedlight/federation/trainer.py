@@ -1,16 +1,11 @@
-"""``FederatedTrainer``: wires the pieces of a federated run and holds the one round loop.
+"""FederatedTrainer: wires the pieces of a federated run and holds the round loop.
 
-Each round: sample the participants (:mod:`~fedlight.federation.sampling`), send each the
-server rule's download, train it with the local loop (:mod:`~fedlight.federation.local`), fold
-its report into the server rule (:mod:`~fedlight.federation.server`), complete the reduction
-across processes, evaluate (:mod:`~fedlight.federation.evaluation`), run the probes, write the
-row and checkpoint (:mod:`~fedlight.federation.run`).
-
-One live client module per process plays every client in turn: before a client trains, its
-download and its private state are loaded into the module; afterwards its private state is
-stored back as CPU tensors (:mod:`~fedlight.federation.population`). Every random draw is a pure
-function of ``(seed, round, client)``, so a resumed run equals an uninterrupted one and results
-do not depend on the order or the process in which clients are trained.
+Each round: sample the participants (sampling.py), train and reduce them (round.py: server
+rule download, local loop, reports into the server rule), evaluate (evaluation.py), run the
+probes, write the row and checkpoint (run.py, checkpoint.py). One live client module per
+process plays every client in turn (population.py holds their private states); every random
+draw is a pure function of (seed, round, client), so a resumed run equals an uninterrupted
+one and results do not depend on the order or process in which clients are trained.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.aggregate import WEIGHTINGS
 from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
@@ -34,10 +28,10 @@ from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
 from fedlight.federation.probes import Probe
 from fedlight.federation.round import RoundRunner
-from fedlight.federation.run import RunWriter, to_yaml
+from fedlight.federation.run import RunWriter, default_run_name, describe_run, to_yaml
 from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
-from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_positive, reinitialize
+from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, reinitialize
 
 
 class FederatedTrainer:
@@ -135,13 +129,9 @@ class FederatedTrainer:
         **moved: Any,
     ) -> None:
         check_moved(moved)
-        check_positive(rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
-                       eval_every=eval_every, checkpoint_every=checkpoint_every,
-                       eval_batch_size=eval_batch_size)
-        if not 0 < join_ratio <= 1:
-            raise ValueError(f"join_ratio must be in (0, 1], got {join_ratio}")
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
+        check_options(join_ratio, weighting, rounds=rounds, local_epochs=local_epochs,
+                      batch_size=batch_size, eval_every=eval_every,
+                      checkpoint_every=checkpoint_every, eval_batch_size=eval_batch_size)
         check_scale_options(strategy, drop_rate, client_state_storage)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
         self.weighting, self.seed, self.reinitialize = weighting, seed, reinitialize
@@ -285,17 +275,14 @@ class FederatedTrainer:
             tuple(t.to(device) for t in datamodule.global_test()), self.eval_batch_size,
             self.seed)
         self.writer = RunWriter(
-            self.dist, self.default_root_dir, self.run_name or self._default_run_name(),
-            self.loggers, f"{method}-{datamodule.source}-{datamodule.partition}",
-            self.wandb_project, self.progress_bar, self.verbose)
+            self.dist, self.default_root_dir,
+            self.run_name or default_run_name(model, datamodule, self.seed), self.loggers,
+            f"{method}-{datamodule.source}-{datamodule.partition}", self.wandb_project,
+            self.progress_bar, self.verbose)
         self.history = []
         self.last_client_scores: dict[int, dict[str, Score]] = {}
         self.round_seconds: list[float] = []  # train + aggregate time of each round run here
         self.totals = {"seconds": 0.0, "bytes_up": 0, "bytes_down": 0}
-
-    def _default_run_name(self) -> str:
-        data = self.datamodule
-        return f"{type(self.client).__name__.lower()}-{data.source}-{data.partition}-s{self.seed}"
 
     def _write_header(self, folder: Any) -> None:
         folder.write_text("config.yaml", self.run_config or to_yaml(self._hyperparameters()))
@@ -304,15 +291,10 @@ class FederatedTrainer:
             print(self.datamodule.stats_table())
 
     def _hyperparameters(self) -> dict[str, Any]:
-        return {
-            "method": type(self.client).__name__,
-            "server": type(self.server).__name__,
-            "model": dict(self.client.hparams),
-            "data": dict(self.datamodule.hparams),
-            "trainer": {k: getattr(self, k) for k in (
-                "rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                "weighting", "drop_rate")},
-        }
+        fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
+                  "weighting", "drop_rate")
+        return describe_run(self.client, self.datamodule, self.server,
+                            {k: getattr(self, k) for k in fields})
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
