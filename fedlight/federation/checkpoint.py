@@ -1,8 +1,8 @@
-"""Run checkpoints: which file ``ckpt_path`` names, and durable writes.
+"""Run checkpoints: which file ckpt_path names, and durable writes.
 
-``ckpt_path="last"`` resumes the newest checkpoint of THIS configuration's run: the folder named
-exactly ``<run name>`` or ``<run name>-v<k>`` (the versions a re-run creates), never a run whose
-name merely starts the same (``...-s1`` does not match ``...-s10``). Writes go to a temporary
+ckpt_path="last" resumes the newest checkpoint of THIS configuration's run: the folder named
+exactly <run name> or <run name>-v<k> (the versions a re-run creates), never a run whose
+name merely starts the same (...-s1 does not match ...-s10). Writes go to a temporary
 file that is flushed and fsynced, renamed over the old checkpoint, and the folder is fsynced,
 so a crash or power cut leaves either the old or the new checkpoint, whole.
 """
@@ -23,8 +23,8 @@ LAST = "last.ckpt"
 
 
 def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
-    """The checkpoint file ``ckpt_path`` names: a path, or ``last`` for the newest
-    ``<root>/<run_name>[-v<k>]/checkpoints/last.ckpt``.
+    """The checkpoint file ckpt_path names: a path, or last for the newest
+    <root>/<run_name>[-v<k>]/checkpoints/last.ckpt.
 
     Raises:
         FileNotFoundError: no such file / no such run, naming what was looked for.
@@ -45,7 +45,7 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` (CPU tensors)."""
+    """Read a checkpoint written by save_checkpoint (CPU tensors)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     if checkpoint.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
@@ -56,14 +56,14 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def run_checkpoint(rounds_done: int, method: str, server: ServerRule,
                    population: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """What a run's checkpoint holds: rounds done, the method and server rule names (checked on
-    resume), the rule's state on CPU, every client's state (``population``) and ``extra``
+    resume), the rule's state on CPU, every client's state (population) and extra
     (grad scale, history, totals)."""
     return {"rounds_done": rounds_done, "method": method, "server_rule": type(server).__name__,
             "server": move(server.state_dict(), torch.device("cpu")), **population, **extra}
 
 
 def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str | None) -> None:
-    """Refuse a checkpoint written by another method (or, unless ``server_rule`` is None,
+    """Refuse a checkpoint written by another method (or, unless server_rule is None,
     another server rule), naming both."""
     if checkpoint["method"] != method:
         raise ValueError(f"checkpoint was written by {checkpoint['method']}, not {method}")
@@ -73,7 +73,7 @@ def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str |
 
 
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
-    """Write ``obj`` to ``path`` durably: temporary file, fsync, rename, fsync the folder."""
+    """Write obj to path durably: temporary file, fsync, rename, fsync the folder."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as handle:
         torch.save({**obj, "version": CHECKPOINT_VERSION}, handle)

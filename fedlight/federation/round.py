@@ -1,6 +1,6 @@
 """One communication round: train the participants this process owns and reduce their reports.
 
-Every random draw of a client's training is seeded from ``(seed, round, client)``, so a client
+Every random draw of a client's training is seeded from (seed, round, client), so a client
 trains the same whichever process owns it and whatever was trained before it in the process.
 """
 
@@ -47,7 +47,7 @@ class RoundRunner:
 
     def run(self, round_idx: int, participants: list[int], dropped: set[int],
             evaluator: Evaluator | None) -> RoundResult:
-        """Train and reduce one round; ``evaluator`` scores each client right after its local
+        """Train and reduce one round; evaluator scores each client right after its local
         training (methods evaluated that way), None skips it."""
         self.server.begin_round(round_idx)
         stats: dict[int, dict[str, Any]] = {}
@@ -66,7 +66,7 @@ class RoundRunner:
         return RoundResult(row, scores)
 
     def train_client(self, client_id: int, round_idx: int) -> tuple[Report, dict[str, Any]]:
-        """Load client ``client_id``, run its local phases and return its report to the server
+        """Load client client_id, run its local phases and return its report to the server
         and its statistics (loss sum, steps, bytes, logged values)."""
         shared, message = self.server.download(client_id)
         seed = derive_seed(self.seed, round_idx, client_id)

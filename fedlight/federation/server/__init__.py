@@ -1,15 +1,15 @@
 """Server rules: one file per rule, the orchestrator drives them through
-:class:`~fedlight.federation.server.base.ServerRule`.
+ServerRule.
 
 | rule | file | what it computes |
 | --- | --- | --- |
-| ``WeightedMean`` | ``mean.py`` | FedAvg's weighted mean (every method's default) |
-| ``FedAvgM``, ``FedAdam``, ``FedYogi``, ``FedAdagrad`` | ``fedopt.py`` | server optimizers |
-| ``CoordinateMedian``, ``TrimmedMean``, ``Krum`` | ``robust.py`` | Byzantine-robust reductions |
-| ``DPFedAvg`` | ``dp.py`` | client-level DP around any mean-type rule |
+| WeightedMean | mean.py | FedAvg's weighted mean (every method's default) |
+| FedAvgM, FedAdam, FedYogi, FedAdagrad | fedopt.py | server optimizers |
+| CoordinateMedian, TrimmedMean, Krum | robust.py | Byzantine-robust reductions |
+| DPFedAvg | dp.py | client-level DP around any mean-type rule |
 
-Method-specific rules (SCAFFOLD's control variates, FedDyn's ``h``, FedProto's class means) live
-in their method's file under ``fedlight/clients/``.
+Method-specific rules (SCAFFOLD's control variates, FedDyn's h, FedProto's class means) live
+in their method's file under fedlight/clients/.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from fedlight.federation.server.robust import CoordinateMedian, Krum, TrimmedMea
 
 
 def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) -> ServerRule:
-    """The rule a run uses: the client's ``default``, or the config's ``override`` where the
+    """The rule a run uses: the client's default, or the config's override where the
     default accepts it (wrappers such as DP are put around the default).
 
     Raises:
-        ValueError: the method's own rule cannot be replaced by ``override``.
+        ValueError: the method's own rule cannot be replaced by override.
     """
     if override is None:
         return default

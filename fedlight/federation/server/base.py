@@ -2,23 +2,23 @@
 
 A rule owns the server's state: the global shared state, the message broadcast with it (teacher
 models, control variates, prototypes...) and whatever it keeps between rounds (momentum, Adam
-moments, SCAFFOLD's control variate, FedDyn's ``h``). Each round the orchestrator
+moments, SCAFFOLD's control variate, FedDyn's h). Each round the orchestrator
 
-1. asks :meth:`ServerRule.download` what to send each participant (the same global state and
+1. asks ServerRule.download what to send each participant (the same global state and
    message by default; a rule that personalizes on the server returns per-client states);
-2. calls :meth:`ServerRule.begin_round`, then :meth:`ServerRule.add` once per report as clients
+2. calls ServerRule.begin_round, then ServerRule.add once per report as clients
    finish (streaming: a mean-type rule keeps one running sum, O(model) memory however many
    clients report);
-3. calls :meth:`ServerRule.end_round` with the run's :class:`Collectives`, after which
-   :attr:`ServerRule.global_state` and :attr:`ServerRule.message` are next round's.
+3. calls ServerRule.end_round with the run's Collectives, after which
+   ServerRule.global_state and ServerRule.message are next round's.
 
-Several processes: each process adds the reports of the clients it trained, and ``end_round``
+Several processes: each process adds the reports of the clients it trained, and end_round
 makes the round's reduction whole with the collectives: running sums are all-reduced (sums are
 exact up to float64 rounding order), anything non-linear (median, Krum, payload lists) is
 gathered in client-id order, so every process computes the same next state as one process
 would. With one process the collectives are the identity.
 
-:meth:`state_dict` / :meth:`load_state_dict` carry everything above, so a resumed run equals an
+state_dict / load_state_dict carry everything above, so a resumed run equals an
 uninterrupted one.
 """
 
@@ -38,8 +38,8 @@ State = dict[str, Tensor]
 class Report:
     """What one client sent after local training.
 
-    ``state`` is its shared partition, ``weight`` its aggregation weight (its sample count, or
-    1 under ``trainer.weighting: uniform``), ``payload`` any non-parameter tensors the method
+    state is its shared partition, weight its aggregation weight (its sample count, or
+    1 under trainer.weighting: uniform), payload any non-parameter tensors the method
     sends (prototypes, control-variate deltas, local step counts).
     """
 
@@ -51,7 +51,7 @@ class Report:
 
 @dataclass(frozen=True)
 class ServerContext:
-    """What a rule may know about the federation; given once by :meth:`ServerRule.setup`."""
+    """What a rule may know about the federation; given once by ServerRule.setup."""
 
     num_clients: int
     rounds: int
@@ -61,13 +61,13 @@ class ServerContext:
 
 
 class Collectives(Protocol):
-    """The cross-process operations a rule uses in :meth:`ServerRule.end_round`."""
+    """The cross-process operations a rule uses in ServerRule.end_round."""
 
     def reduce_sum(self, total: Any) -> None:
-        """Sum a :class:`~fedlight.federation.aggregate.WeightedSum` across processes, in place."""
+        """Sum a WeightedSum across processes, in place."""
 
     def gather_by_client(self, items: Mapping[int, Any]) -> dict[int, Any]:
-        """Every process's ``{client: value}`` merged and ordered by client id."""
+        """Every process's {client: value} merged and ordered by client id."""
 
 
 class SingleProcess:
@@ -81,13 +81,13 @@ class SingleProcess:
 
 
 class ServerRule:
-    """Base class of server rules. Subclasses implement :meth:`add` and :meth:`end_round`.
+    """Base class of server rules. Subclasses implement add and end_round.
 
-    A client class names its default rule in ``configure_server()``; a config may replace it
-    (``server:`` in YAML) where :meth:`accepts` says so.
+    A client class names its default rule in configure_server(); a config may replace it
+    (server: in YAML) where accepts says so.
     """
 
-    #: Whether a config may replace this rule with another one (see :meth:`accepts`).
+    #: Whether a config may replace this rule with another one (see accepts).
     replaceable: bool = False
 
     def __init__(self) -> None:
@@ -103,7 +103,7 @@ class ServerRule:
         self.context = context
 
     def download(self, client_id: int) -> tuple[State, dict[str, Any]]:
-        """Shared state and message sent to ``client_id``. Default: the same for everyone."""
+        """Shared state and message sent to client_id. Default: the same for everyone."""
         return self.global_state, self.message
 
     def begin_round(self, round_idx: int) -> None:
@@ -119,23 +119,23 @@ class ServerRule:
 
     # ----------------------------------------------------------------- reporting
     def round_metrics(self, rounds_done: int) -> dict[str, float]:
-        """Extra columns of the metrics row after ``rounds_done`` rounds (e.g. ``dp_epsilon``)."""
+        """Extra columns of the metrics row after rounds_done rounds (e.g. dp_epsilon)."""
         return {}
 
     def summary(self, rounds_done: int) -> dict[str, Any]:
-        """Extra entries of ``summary.json``."""
+        """Extra entries of summary.json."""
         return {}
 
     # ----------------------------------------------------------------- composition
     def accepts(self, replacement: ServerRule) -> bool:
-        """Whether a config may run ``replacement`` instead of this (the client's default) rule.
+        """Whether a config may run replacement instead of this (the client's default) rule.
         A generic mean accepts any rule on shared states; a method-specific rule (SCAFFOLD,
         FedProto...) only a rule of its own class."""
         return self.replaceable or isinstance(replacement, type(self))
 
     def wrap_default(self, default: ServerRule) -> ServerRule:
         """The rule to run when a config names this one and the client's default is
-        ``default``. Wrappers (DP) put themselves around ``default``; others return self."""
+        default. Wrappers (DP) put themselves around default; others return self."""
         return self
 
     # ----------------------------------------------------------------- resume
@@ -154,10 +154,10 @@ class ServerRule:
         return {}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`extra_state`."""
+        """Restore extra_state."""
 
     def to(self, device: torch.device) -> ServerRule:
-        """Move every tensor the rule holds to ``device``."""
+        """Move every tensor the rule holds to device."""
         self.global_state = {k: v.to(device) for k, v in self.global_state.items()}
         self.message = move(self.message, device)
         self.load_extra_state(move(self.extra_state(), device))
@@ -165,7 +165,7 @@ class ServerRule:
 
 
 def move(obj: Any, device: torch.device) -> Any:
-    """``obj`` with every tensor (in nested dicts, lists and tuples) moved to ``device``."""
+    """obj with every tensor (in nested dicts, lists and tuples) moved to device."""
     if isinstance(obj, Tensor):
         return obj.to(device)
     if isinstance(obj, dict):

@@ -2,25 +2,25 @@
 mean-type server rule, with an accountant.
 
 McMahan, Ramage, Talwar and Zhang, "Learning Differentially Private Recurrent Language
-Models", ICLR 2018 (arXiv:1710.06963). Every participant's update ``Delta_k = uploaded -
-received`` (the shared partition only) is clipped to L2 norm at most ``S``:
+Models", ICLR 2018 (arXiv:1710.06963). Every participant's update Delta_k = uploaded -
+received (the shared partition only) is clipped to L2 norm at most S:
 
     Delta_k <- Delta_k * min(1, S / ||Delta_k||)
 
-the server adds Gaussian noise ``N(0, (z S)^2 I)`` to the SUM of the clipped updates and divides
-by the number of participants ``n`` (the paper's fixed-denominator estimator with uniform
-weights ``w_k = 1``), then applies the result to the state it sent:
+the server adds Gaussian noise N(0, (z S)^2 I) to the SUM of the clipped updates and divides
+by the number of participants n (the paper's fixed-denominator estimator with uniform
+weights w_k = 1), then applies the result to the state it sent:
 
     new = received + (sum_k Delta_k + N(0, (z S)^2 I)) / n
 
-Adding or removing one client changes the sum by at most ``S``, so each round is a Gaussian
-mechanism with noise multiplier ``z``; the privacy spent over ``T`` rounds, ``epsilon`` at a
-given ``delta``, comes from Google's ``dp-accounting`` RDP accountant composing ``T``
-Poisson-subsampled Gaussian mechanisms with sampling rate ``q = join_ratio``.
+Adding or removing one client changes the sum by at most S, so each round is a Gaussian
+mechanism with noise multiplier z; the privacy spent over T rounds, epsilon at a
+given delta, comes from Google's dp-accounting RDP accountant composing T
+Poisson-subsampled Gaussian mechanisms with sampling rate q = join_ratio.
 
-As a server rule, :class:`DPFedAvg` replaces how the round's mean is formed (clipped updates,
-noised sum, fixed denominator) and hands the resulting state to the wrapped rule's ``apply``:
-around :class:`~fedlight.federation.server.mean.WeightedMean` (the default) this is DP-FedAvg;
+As a server rule, DPFedAvg replaces how the round's mean is formed (clipped updates,
+noised sum, fixed denominator) and hands the resulting state to the wrapped rule's apply:
+around WeightedMean (the default) this is DP-FedAvg;
 around FedAdam / FedAvgM the server optimizer steps along the privatized pseudo-gradient
 (DP-FedAdam, as in Reddi et al.'s and McMahan et al.'s compositions). The guarantee is the same,
 since the optimizer only post-processes the noised mean.
@@ -28,20 +28,20 @@ since the optimizer only post-processes the noised mean.
 Choices and caveats, stated once:
 
 * **Uniform weighting only.** Sample-count weights would let one client's update weigh more
-  than ``S / n`` and break the sensitivity bound, so DP with ``weighting="samples"`` is refused
-  (:class:`DPFedAvg` refuses it before training); pass ``trainer.weighting: uniform``.
-* **Sampling.** fedlight samples a fixed number ``round(q N)`` of clients per round without
-  replacement; the accountant assumes Poisson sampling with rate ``q``. Using the Poisson
+  than S / n and break the sensitivity bound, so DP with weighting="samples" is refused
+  (DPFedAvg refuses it before training); pass trainer.weighting: uniform.
+* **Sampling.** fedlight samples a fixed number round(q N) of clients per round without
+  replacement; the accountant assumes Poisson sampling with rate q. Using the Poisson
   analysis for fixed-size sampling is the standard approximation (as in DP-FedAvg's own
-  experiments); with fixed-size sampling ``n = qN`` every round, so the fixed denominator
-  ``qN`` of the paper is the participant count. ``q = 1`` (everyone, every round) gets no
+  experiments); with fixed-size sampling n = qN every round, so the fixed denominator
+  qN of the paper is the participant count. q = 1 (everyone, every round) gets no
   amplification by sampling.
 * **What is protected.** The floating-point tensors of the shared partition. Integer buffers
-  (BatchNorm's ``num_batches_tracked``) are averaged without clipping or noise; private
+  (BatchNorm's num_batches_tracked) are averaged without clipping or noise; private
   parameters never leave the client and are never touched; non-parameter payloads of a method
   (e.g. prototypes) are NOT covered by the guarantee.
-* **Noise seeding.** The noise of round ``r`` comes from a CPU generator seeded by
-  ``(seed, r)`` (:func:`noise_generator`), independent of the clients' streams, so runs are
+* **Noise seeding.** The noise of round r comes from a CPU generator seeded by
+  (seed, r) (noise_generator), independent of the clients' streams, so runs are
   reproducible on any device.
 """
 
@@ -73,13 +73,13 @@ class ClientLevelDP:
     """DP-FedAvg's clipping, noising and accounting (McMahan et al., ICLR 2018).
 
     Args:
-        clip_norm: ``S``, the L2 bound of each client's update over the whole shared partition.
-        noise_multiplier: ``z``; the noise added to the sum of clipped updates has standard
-            deviation ``z * S`` per coordinate. 0 = clipping only (no privacy guarantee).
-        delta: the ``delta`` at which ``epsilon`` is reported.
+        clip_norm: S, the L2 bound of each client's update over the whole shared partition.
+        noise_multiplier: z; the noise added to the sum of clipped updates has standard
+            deviation z * S per coordinate. 0 = clipping only (no privacy guarantee).
+        delta: the delta at which epsilon is reported.
 
     Raises:
-        ValueError: ``clip_norm <= 0``, ``noise_multiplier < 0`` or ``delta`` not in (0, 1).
+        ValueError: clip_norm <= 0, noise_multiplier < 0 or delta not in (0, 1).
     """
 
     def __init__(self, clip_norm: float, noise_multiplier: float, delta: float = 1e-5) -> None:
@@ -95,11 +95,11 @@ class ClientLevelDP:
 
     @property
     def noise_std(self) -> float:
-        """Standard deviation ``z * S`` of the noise added to the sum of clipped updates."""
+        """Standard deviation z * S of the noise added to the sum of clipped updates."""
         return self.noise_multiplier * self.clip_norm
 
     def clip(self, update: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """``update`` scaled by ``min(1, S / ||update||)``, the norm taken over all its floating
+        """update scaled by min(1, S / ||update||), the norm taken over all its floating
         tensors together; other tensors (integer buffers) are returned unchanged."""
         norm = update_norm(update)
         factor = min(1.0, self.clip_norm / norm) if norm > 0 else 1.0
@@ -107,8 +107,8 @@ class ClientLevelDP:
 
     def noisy_mean(self, sum_of_clipped: Mapping[str, Tensor], num_participants: int,
                    generator: torch.Generator) -> dict[str, Tensor]:
-        """``(sum + N(0, (z S)^2)) / num_participants`` on floating tensors (noise drawn on the
-        CPU from ``generator``, in key order); integer tensors get the plain rounded mean."""
+        """(sum + N(0, (z S)^2)) / num_participants on floating tensors (noise drawn on the
+        CPU from generator, in key order); integer tensors get the plain rounded mean."""
         if num_participants < 1:
             raise ValueError(f"num_participants must be at least 1, got {num_participants}")
         result = {}
@@ -122,9 +122,9 @@ class ClientLevelDP:
         return result
 
     def epsilon(self, rounds: int, sample_rate: float) -> float:
-        """``epsilon`` spent after ``rounds`` rounds with client sampling rate ``sample_rate``,
-        at :attr:`delta`, by the ``dp-accounting`` RDP accountant (Poisson-subsampled Gaussian);
-        ``inf`` without noise, 0 after no round."""
+        """epsilon spent after rounds rounds with client sampling rate sample_rate,
+        at delta, by the dp-accounting RDP accountant (Poisson-subsampled Gaussian);
+        inf without noise, 0 after no round."""
         if rounds < 0 or not 0 < sample_rate <= 1:
             raise ValueError(f"need rounds >= 0 and sample_rate in (0, 1], got {rounds}, "
                              f"{sample_rate}")
@@ -135,8 +135,8 @@ class ClientLevelDP:
         return _rdp_epsilon(self.noise_multiplier, float(sample_rate), int(rounds), self.delta)
 
     def summary(self, rounds: int, sample_rate: float) -> dict[str, float | None]:
-        """The settings and ``dp_epsilon`` after ``rounds`` rounds, for summary.json
-        (``dp_epsilon`` is ``None`` when it is infinite, i.e. without noise)."""
+        """The settings and dp_epsilon after rounds rounds, for summary.json
+        (dp_epsilon is None when it is infinite, i.e. without noise)."""
         epsilon = self.epsilon(rounds, sample_rate)
         return {"dp_epsilon": epsilon if math.isfinite(epsilon) else None,
                 "dp_delta": self.delta, "dp_clip_norm": self.clip_norm,
@@ -144,15 +144,15 @@ class ClientLevelDP:
 
     def accumulator(self, reference: Mapping[str, Tensor],
                     generator: torch.Generator) -> DPSum:
-        """A running server rule for one round: see :class:`DPSum`."""
+        """A running server rule for one round: see DPSum."""
         return DPSum(self, reference, generator)
 
 
 class DPSum:
     """The server's running state for one DP round, a drop-in for
-    :class:`fedlight.federation.aggregate.WeightedSum`: ``add(state, weight)`` clips
-    ``state - reference`` and sums it (``weight`` must be 1: uniform weighting), ``mean()``
-    returns ``reference + noisy_mean(sum)`` with each tensor in its original dtype."""
+    fedlight.federation.aggregate.WeightedSum: add(state, weight) clips
+    state - reference and sums it (weight must be 1: uniform weighting), mean()
+    returns reference + noisy_mean(sum) with each tensor in its original dtype."""
 
     def __init__(self, dp: ClientLevelDP, reference: Mapping[str, Tensor],
                  generator: torch.Generator) -> None:
@@ -187,20 +187,20 @@ class DPSum:
 
 
 def _difference(value: Tensor, reference: Tensor) -> Tensor:
-    """``value - reference`` in float64 for floating tensors, exactly in int64 otherwise."""
+    """value - reference in float64 for floating tensors, exactly in int64 otherwise."""
     if reference.is_floating_point():
         return value.double() - reference.double()
     return value.long() - reference.long()
 
 
 def update_norm(update: Mapping[str, Tensor]) -> float:
-    """L2 norm of all floating tensors of ``update`` taken together."""
+    """L2 norm of all floating tensors of update taken together."""
     squares = [v.detach().double().pow(2).sum() for v in update.values() if v.is_floating_point()]
     return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
 
 
 def noise_generator(seed: int, round_idx: int) -> torch.Generator:
-    """The CPU generator of round ``round_idx``'s noise, a pure function of ``(seed, round)``."""
+    """The CPU generator of round round_idx's noise, a pure function of (seed, round)."""
     state = np.random.SeedSequence([int(seed), int(round_idx), _DP_STREAM]).generate_state(
         2, np.uint64)
     return torch.Generator().manual_seed(int(state[0] >> 1))
@@ -235,17 +235,17 @@ def _rdp_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta
 class DPFedAvg(ServerRule):
     """Client-level DP around a mean-type rule (DP-FedAvg, McMahan et al., ICLR 2018).
 
-    ``server: DPFedAvg`` wraps the method's own mean rule; ``init_args.rule`` names another
-    mean-type rule to wrap (e.g. ``FedAdam``). Needs ``trainer.weighting: uniform``. Logs
-    ``dp_epsilon`` each evaluated round and writes the settings and the final epsilon into
-    ``summary.json``.
+    server: DPFedAvg wraps the method's own mean rule; init_args.rule names another
+    mean-type rule to wrap (e.g. FedAdam). Needs trainer.weighting: uniform. Logs
+    dp_epsilon each evaluated round and writes the settings and the final epsilon into
+    summary.json.
 
     Args:
-        clip_norm: ``S``, the L2 bound of each client's update over the whole shared partition.
-        noise_multiplier: ``z``; noise std on the sum of clipped updates is ``z * S``
+        clip_norm: S, the L2 bound of each client's update over the whole shared partition.
+        noise_multiplier: z; noise std on the sum of clipped updates is z * S
             (0 = clipping only, no guarantee).
-        delta: the ``delta`` at which ``epsilon`` is reported.
-        rule: the mean-type rule whose ``apply`` turns the privatized mean into the next
+        delta: the delta at which epsilon is reported.
+        rule: the mean-type rule whose apply turns the privatized mean into the next
             global state; default: the client's own rule.
     """
 

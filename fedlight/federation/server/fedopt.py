@@ -2,7 +2,7 @@
 
 Reddi, Charles, Zaheer, Garrett, Rush, Konecny, Kumar and McMahan, "Adaptive Federated
 Optimization", ICLR 2021 (arXiv:2003.00295), Algorithm 2. The round's weighted mean of the
-reports gives the pseudo-gradient ``Delta = mean - x`` (a step towards the clients), and the
+reports gives the pseudo-gradient Delta = mean - x (a step towards the clients), and the
 server takes one optimizer step on it, per coordinate:
 
     FedAvgM:     m = beta1 m + Delta;                           x = x + eta m
@@ -10,17 +10,17 @@ server takes one optimizer step on it, per coordinate:
     FedAdam:     v = beta2 v + (1 - beta2) Delta^2;              same x update
     FedYogi:     v = v - (1 - beta2) Delta^2 sign(v - Delta^2);  same x update
 
-with ``m = beta1 m + (1 - beta1) Delta`` for the three adaptive ones, ``m`` and ``v`` starting at
-0 and ``tau^2`` (the paper asks ``v_{-1} >= tau^2``), and no bias correction (as Algorithm 2).
+with m = beta1 m + (1 - beta1) Delta for the three adaptive ones, m and v starting at
+0 and tau^2 (the paper asks v_{-1} >= tau^2), and no bias correction (as Algorithm 2).
 FedAvgM's form is the heavy-ball momentum of Hsu, Qi and Brown (arXiv:1909.06335) that Reddi
-et al. compare against; with ``momentum=0, lr=1`` it is FedAvg exactly. FedAdam approaches
-FedAvg with ``beta1=0, beta2=0, lr=tau`` as ``tau`` grows (then ``v = Delta^2`` and the
-step ``tau Delta / (|Delta| + tau) -> Delta``); with ``v`` starting at ``tau^2`` and ``beta2 >
-0`` the limit is ``lr Delta / ((1 + sqrt(beta2)) tau)`` instead.
+et al. compare against; with momentum=0, lr=1 it is FedAvg exactly. FedAdam approaches
+FedAvg with beta1=0, beta2=0, lr=tau as tau grows (then v = Delta^2 and the
+step tau Delta / (|Delta| + tau) -> Delta); with v starting at tau^2 and beta2 >
+0 the limit is lr Delta / ((1 + sqrt(beta2)) tau) instead.
 
 Choices: every floating tensor of the shared state (BatchNorm running statistics included) is
-stepped; integer buffers (``num_batches_tracked``) take the plain mean. The arithmetic and the
-moments are float64, cast back to each tensor's dtype, so ``x + (mean - x)`` returns ``mean``
+stepped; integer buffers (num_batches_tracked) take the plain mean. The arithmetic and the
+moments are float64, cast back to each tensor's dtype, so x + (mean - x) returns mean
 exactly and a resumed run continues from the same moments.
 """
 
@@ -36,8 +36,8 @@ from fedlight.federation.server.mean import WeightedMean
 
 
 class ServerOptimizer(WeightedMean):
-    """A mean-type rule that steps the global state along ``Delta = mean - x``; subclasses give
-    the per-tensor step in :meth:`step`."""
+    """A mean-type rule that steps the global state along Delta = mean - x; subclasses give
+    the per-tensor step in step."""
 
     def __init__(self, lr: float) -> None:
         if not lr > 0:
@@ -57,11 +57,11 @@ class ServerOptimizer(WeightedMean):
         return result
 
     def step(self, key: str, delta: Tensor) -> Tensor:
-        """The change of tensor ``key`` given its pseudo-gradient (float64)."""
+        """The change of tensor key given its pseudo-gradient (float64)."""
         raise NotImplementedError
 
     def moment(self, key: str, name: str, initial: Tensor) -> Tensor:
-        """The moment ``name`` of tensor ``key``, created as ``initial`` on first use."""
+        """The moment name of tensor key, created as initial on first use."""
         return self.moments.setdefault(key, {}).setdefault(name, initial)
 
     def extra_state(self) -> dict[str, Any]:
@@ -72,11 +72,11 @@ class ServerOptimizer(WeightedMean):
 
 
 class FedAvgM(ServerOptimizer):
-    """FedAvg with server momentum: ``m = momentum m + Delta; x = x + lr m``.
+    """FedAvg with server momentum: m = momentum m + Delta; x = x + lr m.
 
     Args:
-        lr: server learning rate ``eta`` (1.0 with momentum 0 is FedAvg).
-        momentum: ``beta1``, the server momentum.
+        lr: server learning rate eta (1.0 with momentum 0 is FedAvg).
+        momentum: beta1, the server momentum.
     """
 
     def __init__(self, lr: float = 1.0, momentum: float = 0.9) -> None:
@@ -92,8 +92,8 @@ class FedAvgM(ServerOptimizer):
 
 
 class AdaptiveServerOptimizer(ServerOptimizer):
-    """Shared part of FedAdagrad / FedAdam / FedYogi: first moment, ``v`` from
-    :meth:`second_moment`, step ``lr m / (sqrt(v) + tau)``."""
+    """Shared part of FedAdagrad / FedAdam / FedYogi: first moment, v from
+    second_moment, step lr m / (sqrt(v) + tau)."""
 
     def __init__(self, lr: float, beta1: float, beta2: float, tau: float) -> None:
         for name, value in (("beta1", beta1), ("beta2", beta2)):
@@ -112,17 +112,17 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         return self.lr * m / (v.sqrt() + self.tau)
 
     def second_moment(self, v: Tensor, squared: Tensor) -> None:
-        """Update ``v`` in place from ``Delta^2``."""
+        """Update v in place from Delta^2."""
         raise NotImplementedError
 
 
 class FedAdagrad(AdaptiveServerOptimizer):
-    """FedAdagrad: ``v = v + Delta^2`` (Reddi et al., Algorithm 2).
+    """FedAdagrad: v = v + Delta^2 (Reddi et al., Algorithm 2).
 
     Args:
-        lr: server learning rate ``eta``.
+        lr: server learning rate eta.
         beta1: first-moment decay.
-        tau: adaptivity; also the start value ``sqrt(v_{-1})``.
+        tau: adaptivity; also the start value sqrt(v_{-1}).
     """
 
     def __init__(self, lr: float = 0.1, beta1: float = 0.0, tau: float = 1e-3) -> None:
@@ -133,13 +133,13 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
 
 class FedAdam(AdaptiveServerOptimizer):
-    """FedAdam: ``v = beta2 v + (1 - beta2) Delta^2`` (Reddi et al., Algorithm 2).
+    """FedAdam: v = beta2 v + (1 - beta2) Delta^2 (Reddi et al., Algorithm 2).
 
     Args:
-        lr: server learning rate ``eta``.
+        lr: server learning rate eta.
         beta1: first-moment decay.
         beta2: second-moment decay.
-        tau: adaptivity; also the start value ``sqrt(v_{-1})``.
+        tau: adaptivity; also the start value sqrt(v_{-1}).
     """
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99,
@@ -151,13 +151,13 @@ class FedAdam(AdaptiveServerOptimizer):
 
 
 class FedYogi(AdaptiveServerOptimizer):
-    """FedYogi: ``v = v - (1 - beta2) Delta^2 sign(v - Delta^2)`` (Reddi et al., Algorithm 2).
+    """FedYogi: v = v - (1 - beta2) Delta^2 sign(v - Delta^2) (Reddi et al., Algorithm 2).
 
     Args:
-        lr: server learning rate ``eta``.
+        lr: server learning rate eta.
         beta1: first-moment decay.
         beta2: second-moment decay.
-        tau: adaptivity; also the start value ``sqrt(v_{-1})``.
+        tau: adaptivity; also the start value sqrt(v_{-1}).
     """
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99,

@@ -1,8 +1,8 @@
 """The weighted mean of the shared states: FedAvg's server rule and every method's default.
 
 McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
-AISTATS 2017: ``x^{t+1} = sum_k w_k x_k / sum_k w_k`` over the reports of the round, with
-``w_k`` the client's sample count (or 1 under ``trainer.weighting: uniform``).
+AISTATS 2017: x^{t+1} = sum_k w_k x_k / sum_k w_k over the reports of the round, with
+w_k the client's sample count (or 1 under trainer.weighting: uniform).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ class WeightedMean(ServerRule):
     Streaming: one float64 running sum (O(model) memory however many clients report); with
     several processes the partial sums are all-reduced before the one division.
 
-    It is also the base of every *mean-type* rule: a subclass overrides :meth:`apply` to turn
+    It is also the base of every *mean-type* rule: a subclass overrides apply to turn
     the round's mean into the next global state (server optimizers), and the DP wrapper
-    replaces how the mean is formed (clipped, noised) but keeps :meth:`apply`.
+    replaces how the mean is formed (clipped, noised) but keeps apply.
     """
 
     replaceable = True

@@ -3,13 +3,13 @@
 * Coordinate-wise median and trimmed mean: Yin, Chen, Kannan and Bartlett, "Byzantine-Robust
   Distributed Learning: Towards Optimal Statistical Rates", ICML 2018. Per coordinate, the
   median of the reports (the mean of the two middle values for an even count), or the mean
-  after dropping the ``floor(trim_ratio * n)`` largest and smallest values.
+  after dropping the floor(trim_ratio * n) largest and smallest values.
 * Krum / multi-Krum: Blanchard, El Mhamdi, Guerraoui and Stainer, "Machine Learning with
   Adversaries: Byzantine Tolerant Gradient Descent", NeurIPS 2017. Each report is scored by the
   sum of squared L2 distances (over all floating tensors of the shared state) to its
-  ``n - f - 2`` nearest other reports; Krum keeps the best one, multi-Krum the ``selected``
-  best and averages them with the reports' weights (uniform under ``trainer.weighting:
-  uniform``, the paper's form).
+  n - f - 2 nearest other reports; Krum keeps the best one, multi-Krum the selected
+  best and averages them with the reports' weights (uniform under trainer.weighting:
+  uniform, the paper's form).
 
 These rules are not linear, so they keep every report of the round (O(clients x model) memory,
 inherent to them) and, with several processes, gather the reports in client-id order on every
@@ -29,7 +29,7 @@ from fedlight.federation.server.base import Collectives, Report, ServerRule, Sta
 
 class GatheringRule(ServerRule):
     """A rule that needs every report at once: keeps them, gathers them across processes in
-    client order, and reduces them in :meth:`combine`."""
+    client order, and reduces them in combine."""
 
     replaceable = True
 
@@ -80,8 +80,8 @@ class TrimmedMean(GatheringRule):
     """Coordinate-wise trimmed mean (Yin et al., ICML 2018).
 
     Args:
-        trim_ratio: share ``beta`` of the reports dropped at EACH end per coordinate
-            (``floor(beta n)`` largest and as many smallest); in [0, 0.5).
+        trim_ratio: share beta of the reports dropped at EACH end per coordinate
+            (floor(beta n) largest and as many smallest); in [0, 0.5).
     """
 
     def __init__(self, trim_ratio: float = 0.1) -> None:
@@ -101,12 +101,12 @@ class TrimmedMean(GatheringRule):
 
 
 class Krum(GatheringRule):
-    """Krum (``selected=1``) and multi-Krum (Blanchard et al., NeurIPS 2017).
+    """Krum (selected=1) and multi-Krum (Blanchard et al., NeurIPS 2017).
 
     Args:
-        byzantine: ``f``, the number of reports that may be adversarial; needs
-            ``n >= 2 f + 3`` reports in a round.
-        selected: ``m``, how many best-scored reports are averaged (1 = Krum).
+        byzantine: f, the number of reports that may be adversarial; needs
+            n >= 2 f + 3 reports in a round.
+        selected: m, how many best-scored reports are averaged (1 = Krum).
     """
 
     def __init__(self, byzantine: int = 1, selected: int = 1) -> None:
@@ -119,7 +119,7 @@ class Krum(GatheringRule):
         self.selected = int(selected)
 
     def scores(self, reports: list[Report]) -> Tensor:
-        """Each report's Krum score: sum of squared distances to its ``n - f - 2`` nearest."""
+        """Each report's Krum score: sum of squared distances to its n - f - 2 nearest."""
         n = len(reports)
         if n < 2 * self.byzantine + 3:
             raise ValueError(f"Krum with byzantine={self.byzantine} needs at least "
