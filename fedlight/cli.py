@@ -28,6 +28,7 @@ import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
+from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -133,8 +134,24 @@ def main(args: list[str] | None = None) -> None:
     if argv and argv[0] in TOOLS:
         TOOLS[argv[0]](argv[1:])
         return
+    check_moved_options(argv)
     # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
     FedlightCLI(args=argv if args is not None else None)
+
+
+def check_moved_options(argv: list[str]) -> None:
+    """Fail with the new form for trainer options that moved (``trainer.dp_*`` became
+    ``server: DPFedAvg``, ``trainer.dlg_*`` the DLGProbe), on the command line or in a
+    ``-c`` / ``--config`` YAML, before any parsing."""
+    names = [a[len("--trainer."):].split("=")[0] for a in argv if a.startswith("--trainer.")]
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag in ("-c", "--config") and Path(value).is_file():
+            trainer = (yaml.safe_load(Path(value).read_text()) or {}).get("trainer") or {}
+            names += list(trainer) if isinstance(trainer, dict) else []
+    moved = [name for name in names if name in MOVED_OPTIONS]
+    if moved:
+        raise SystemExit("error: " + "; ".join(
+            f"trainer.{name} moved: use {MOVED_OPTIONS[name]}" for name in moved))
 
 
 if __name__ == "__main__":

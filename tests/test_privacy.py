@@ -2,11 +2,13 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from fedlight.cli import main
 from fedlight.clients import FedAvg
 from fedlight.privacy import (
     ClientLevelDP,
@@ -20,6 +22,8 @@ from fedlight.privacy import (
     update_norm,
 )
 from tests.conftest import tiny_data, tiny_trainer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 @pytest.fixture(autouse=True)
@@ -245,3 +249,12 @@ def test_dp_with_sample_weighting_is_refused_by_the_trainer(tmp_path):
         tiny_trainer(tmp_path).fit(make_client(), tiny_data(),
                                    server=DPFedAvg(clip_norm=1.0, noise_multiplier=1.0))
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_cli_names_the_new_form_of_moved_dp_and_dlg_options(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    old.write_text("trainer:\n  dlg_every: 5\n")
+    for argv, name in ((["--trainer.dp_clip_norm", "0.3"], "dp_clip_norm"),
+                       (["-c", str(old)], "dlg_every")):
+        with pytest.raises(SystemExit, match=f"trainer.{name} moved: use .*"):
+            main(["fit", "-c", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), *argv])
