@@ -25,8 +25,8 @@ from torch import Tensor
 from fedlight.clients._common import StepCounter, parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient, Upload
 from fedlight.federation.aggregate import WeightedSum
-from fedlight.federation.server.base import Collectives, Report, State
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.federation.server.base import Collectives, Report
+from fedlight.federation.server.fedopt import FedAvgM
 
 OPTIONS = ("I", "II")
 CHUNK = 512  # samples per forward pass of the option-I gradient
@@ -164,13 +164,14 @@ class SCAFFOLD(FederatedClient):
         return SCAFFOLDServer(global_lr=self.global_lr)
 
 
-class SCAFFOLDServer(WeightedMean):
-    """SCAFFOLD's server rule: x <- x + eta_g (mean of the reports - x) and
-    c <- c + sum of the reported control deltas / N (N = every client of the federation).
+class SCAFFOLDServer(FedAvgM):
+    """SCAFFOLD's server rule: x <- x + eta_g (mean of the reports - x) (FedAvgM without
+    momentum) and c <- c + sum of the reported control deltas / N (N = every client of the
+    federation).
 
     c starts at zero (it is created from the first deltas) and is sent as the message
     {"control": c}. Across processes the deltas' sum is all-reduced like the mean's. With
-    eta_g = 1 the new global state is the mean exactly (FedAvg's first round when c = c_i = 0).
+    eta_g = 1 the new global state is the mean (FedAvg's first round when c = c_i = 0).
 
     Args:
         global_lr: eta_g, > 0.
@@ -181,8 +182,7 @@ class SCAFFOLDServer(WeightedMean):
     def __init__(self, global_lr: float = 1.0) -> None:
         if not global_lr > 0:
             raise ValueError(f"global_lr (eta_g) must be positive, got {global_lr}")
-        super().__init__()
-        self.global_lr = float(global_lr)
+        super().__init__(lr=global_lr, momentum=0.0)
         self.control: dict[str, Tensor] = {}
         self.deltas = WeightedSum()
 
@@ -205,15 +205,9 @@ class SCAFFOLDServer(WeightedMean):
                 self.control[key] = self.control[key] + step if key in self.control else step
             self.message = {"control": dict(self.control)}
 
-    def apply(self, mean: State) -> State:
-        if self.global_lr == 1.0:
-            return mean
-        return {k: ((x.double() + self.global_lr * (mean[k].double() - x.double())).to(x.dtype)
-                    if x.is_floating_point() else mean[k])
-                for k, x in self.global_state.items()}
-
     def extra_state(self) -> dict[str, Any]:
-        return {"control": self.control}
+        return {**super().extra_state(), "control": self.control}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
         self.control = dict(state.get("control") or {})
