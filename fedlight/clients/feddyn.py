@@ -65,6 +65,12 @@ class FedDyn(FederatedClient):
     def private_patterns(self) -> list[str]:
         return ["grad_state.*"]
 
+    @property
+    def has_global_model(self) -> bool:
+        """True unless extra_private keeps part of model private: the method's own private
+        state never enters prediction, so the shared model is a global model."""
+        return not any(k.startswith("model.") for k in self.partition.private)
+
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
         """Keep theta^{t-1}, the received shared parameters."""
         self._received = received_parameters(self)

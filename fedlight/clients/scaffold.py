@@ -82,6 +82,12 @@ class SCAFFOLD(FederatedClient):
     def private_patterns(self) -> list[str]:
         return ["control.*"]
 
+    @property
+    def has_global_model(self) -> bool:
+        """True unless extra_private keeps part of model private: the method's own private
+        state never enters prediction, so the shared model is a global model."""
+        return not any(k.startswith("model.") for k in self.partition.private)
+
     def task_loss(self, logits: Tensor, y: Tensor) -> Tensor:
         """The local loss f_i on a batch's logits: cross-entropy (ScaRS restricts it)."""
         return F.cross_entropy(logits, y)
