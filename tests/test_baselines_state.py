@@ -1,6 +1,6 @@
-"""Resume is exact for the baselines that keep server state or per-client buffers between
-rounds (SCAFFOLD's control variates, FedDyn's h and gradient state, FedNova's rule, MOON's
-previous model)."""
+"""Resume is exact, and two processes equal one, for the baselines that keep server state or
+per-client buffers between rounds (SCAFFOLD's control variates, FedDyn's h and gradient state,
+FedNova's second running sum, MOON's previous model)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,20 @@ def test_resumed_run_equals_uninterrupted_run(name, tmp_path):
     for client_id, state in full.client_states.items():
         for key, value in state.items():
             assert torch.equal(resumed.client_states[client_id][key], value), (client_id, key)
+
+
+@pytest.mark.parametrize("name", ["SCAFFOLD", "FedNova"])
+def test_two_processes_equal_one(name, tmp_path):
+    threads = torch.get_num_threads()
+    data = tiny_data(partition="dirichlet", beta=0.3)
+    one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1)
+    one.fit(make(name), data)
+    two = tiny_trainer(tmp_path, rounds=2, run_name="two", threads=1, devices=2,
+                       strategy="ddp_fork")
+    two.fit(make(name), data)
+    torch.set_num_threads(threads)
+    assert rows(tmp_path / "one") == rows(tmp_path / "two")
+    for key, value in one.global_state.items():
+        assert torch.equal(value, two.global_state[key]), key
+    for key, value in one.server.message.get("control", {}).items():
+        assert torch.equal(value, two.server.message["control"][key]), key
