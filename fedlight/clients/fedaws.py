@@ -77,8 +77,8 @@ def check_spreadout(weight: float, margin: float, lr: float, steps: int) -> None
 
 
 class SpreadoutMean(WeightedMean):
-    """FedAwS's server rule: the weighted mean, then ``steps`` gradient steps of
-    eta lamda grad R on the class-embedding matrix ``key`` (float64 arithmetic).
+    """FedAwS's server rule: the weighted mean, then steps gradient steps of
+    eta lamda grad R on the class-embedding matrix key (float64 arithmetic).
 
     Args:
         key: the state key of the class embeddings (rows = classes).

@@ -111,7 +111,7 @@ class FedDyn(FederatedClient):
 
 class FedDynServer(WeightedMean):
     """FedDyn's server rule: h <- h - alpha (|P|/N) (mean - theta^{t-1});
-    theta^t = mean - h / alpha, on the keys in ``parameters`` (every floating tensor when None);
+    theta^t = mean - h / alpha, on the keys in parameters (every floating tensor when None);
     the other keys take the mean. h (float64, per key) is the rule's extra state.
 
     Args:

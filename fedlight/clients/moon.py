@@ -96,7 +96,7 @@ class MOON(FederatedClient):
 
     @staticmethod
     def project(module: nn.Module, x: Tensor) -> Tensor:
-        """z of ``module`` (a ModuleDict with encoder and projector)."""
+        """z of module (a ModuleDict with encoder and projector)."""
         return module["projector"](module["encoder"](x))
 
     def contrastive_loss(self, z: Tensor, z_global: Tensor, z_previous: Tensor) -> Tensor:

@@ -99,7 +99,7 @@ class SCAFFOLD(FederatedClient):
         return loss
 
     def client_control(self, name: str) -> Tensor:
-        """c_i of parameter ``name`` (the live private buffer)."""
+        """c_i of parameter name (the live private buffer)."""
         return self.control.get_buffer(name)
 
     # ----------------------------------------------------------------- federation
@@ -158,7 +158,7 @@ class SCAFFOLD(FederatedClient):
 
     def local_gradient(self, x: Tensor, y: Tensor) -> dict[str, Tensor]:
         """grad f_i at the current parameters: the gradient of the mean task loss over
-        ``(x, y)``, per shared parameter; BatchNorm statistics are left as they were."""
+        (x, y), per shared parameter; BatchNorm statistics are left as they were."""
         buffers = {k: v.detach().clone() for k, v in self.named_buffers()}
         trained = [(name, param) for name, (param, _) in self._received.items()
                    if param.requires_grad]
