@@ -1,32 +1,46 @@
-"""The pFL baselines side by side on MNIST-5k, pathological label skew (2 classes per client).
+"""The pFL baselines side by side on MNIST-5k, in one of three settings.
 
-Trains FedAvg, Local, FedProx, FedPer, FedRep, FedBN, LG-FedAvg, Ditto, FedRoD, FedProto and
-GPFL (those present in ``fedlight.clients.CLIENTS``; missing ones are skipped and named) with
-GPFL's workload: 20 clients, 75/25 split per client, 4-layer CNN (``cnn_bn`` for FedBN), SGD lr
-0.005, batch 10, 1 local epoch, join ratio 1, sample-weighted aggregation. Every method uses its
-class defaults otherwise (FedRep: 10 head epochs; Ditto: lamda 1; FedProx: mu 1; FedProto:
-lamda 1, head prediction). The partition is fixed (data seed 0); the seed changes model
-initialization, batch order and the methods' own randomness.
+Settings (``--setting``):
+
+* ``pathological`` (default): 20 clients, 2 classes each, 75/25 split per client, GPFL's
+  workload: 4-layer CNN (``cnn_bn`` for FedBN), SGD lr 0.005, batch 10, 1 local epoch, join
+  ratio 1, sample-weighted aggregation;
+* ``dirichlet``: the same with Dirichlet(0.1) label skew (the configs' ``mnist5k_dirichlet``);
+* ``incomplete``: MAP's incomplete-classes scene (100 clients, 2..10 classes each, LogNormal(0,
+  0.3) sizes, 80/20 split) with MAP's workload: SGD lr 0.03, momentum 0.9, weight decay 1e-5,
+  batch 64, 6 local epochs, join ratio 0.2, uniform mean (the configs' ``mnist5k_incomplete``).
+
+Methods (``--methods``, default all of METHODS present in ``fedlight.clients``): the references
+FedAvg, Local and FedProx, the personalization baselines, and the methods the seed papers compare
+against (SCAFFOLD, FedDyn, FedNova, MOON, FedBABU, APFL, Per-FedAvg, pFedMe, FedMMD, FLDA,
+FedAwS, DittoRS, ScaRS). Every method uses its class defaults otherwise. The partition is fixed
+(data seed 0); the seed changes model initialization, batch order and the methods' randomness.
 
 Printed per method, mean ± std over seeds, in %: best and last personalized accuracy (pooled
-over clients), best and last global accuracy (global model on the union of the clients' test
-splits; "-" without a global model), the fairness std (``personalized_accuracy_std``, the std
-of the clients' accuracies) at the round of best personalized accuracy and at the last round,
-and training seconds per round.
+over clients), best and last global accuracy ("-" without a global model), the fairness std
+(``personalized_accuracy_std``) at the round of best personalized accuracy and at the last
+round, and wall seconds per round. ``--jobs N`` runs N runs at a time in separate processes
+(each with ``--threads`` torch threads); the footer gives wall time and the CPU time of all
+processes.
 
-    python benchmarks/compare_baselines.py --rounds 15 --seeds 1 \
-        --out benchmarks/results/baselines.md
+    python benchmarks/compare_baselines.py --setting dirichlet --rounds 40 --seeds 3 \
+        --jobs 2 --threads 1 --out benchmarks/results/baselines_dirichlet.md
+    python benchmarks/compare_baselines.py --setting incomplete --rounds 40 --seeds 3 \
+        --jobs 2 --threads 1 --out benchmarks/results/baselines_incomplete.md
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("WANDB_MODE", "offline")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,25 +52,44 @@ from fedlight.data import FederatedDataModule  # noqa: E402
 from fedlight.federation import FederatedTrainer  # noqa: E402
 
 METHODS = ("FedAvg", "Local", "FedProx", "FedPer", "FedRep", "FedBN", "LGFedAvg", "Ditto",
-           "FedRoD", "FedProto", "GPFL")
+           "FedRoD", "FedProto", "GPFL", "SCAFFOLD", "FedDyn", "FedNova", "MOON", "FedBABU",
+           "APFL", "PerFedAvg", "PFedMe", "FedMMD", "FLDA", "FedAwS", "DittoRS", "ScaRS")
 BACKBONE = {"FedBN": "cnn_bn"}
+GPFL_WORKLOAD = {"model": {"lr": 0.005},
+                 "trainer": {"join_ratio": 1.0, "local_epochs": 1, "batch_size": 10,
+                             "weighting": "samples"}}
+#: setting -> data-module, model and trainer arguments
+SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "pathological": {"data": {"num_clients": 20, "partition": "pathological",
+                              "classes_per_client": 2, "train_fraction": 0.75},
+                     **GPFL_WORKLOAD},
+    "dirichlet": {"data": {"num_clients": 20, "partition": "dirichlet", "beta": 0.1,
+                           "train_fraction": 0.75},
+                  **GPFL_WORKLOAD},
+    "incomplete": {"data": {"num_clients": 100, "partition": "incomplete", "size_sigma": 0.3,
+                            "min_client_size": 5, "train_fraction": 0.8},
+                   "model": {"lr": 0.03, "momentum": 0.9, "weight_decay": 1e-5},
+                   "trainer": {"join_ratio": 0.2, "local_epochs": 6, "batch_size": 64,
+                               "weighting": "uniform"}},
+}
 COLUMNS = ("best pers.", "last pers.", "best global", "last global", "std @ best",
            "std last", "s / round")
 
 
-def run_once(method: str, seed: int, rounds: int, root: str, threads: int | None
+def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | None
              ) -> dict[str, float | None]:
     """One federated run; returns the figures of one table row (fractions, seconds)."""
-    data = FederatedDataModule(source="mnist5k", num_clients=20, partition="pathological",
-                               classes_per_client=2, train_fraction=0.75, seed=0)
+    options = SETTINGS[setting]
+    data = FederatedDataModule(source="mnist5k", seed=0, **options["data"])
     torch.manual_seed(seed)
     model = CLIENTS[method](backbone=BACKBONE.get(method, "cnn"), num_classes=10,
-                            input_shape=(1, 28, 28), lr=0.005)
-    trainer = FederatedTrainer(rounds=rounds, join_ratio=1.0, local_epochs=1, batch_size=10,
-                               seed=seed, weighting="samples", accelerator="cpu",
-                               default_root_dir=root, logger="csv", progress_bar=False,
-                               checkpoint_every=rounds, threads=threads, verbose=False)
-    summary = trainer.fit(model, data)
+                            input_shape=(1, 28, 28), **options["model"])
+    with tempfile.TemporaryDirectory() as root:
+        trainer = FederatedTrainer(rounds=rounds, seed=seed, accelerator="cpu",
+                                   default_root_dir=root, logger="csv", progress_bar=False,
+                                   checkpoint_every=rounds, threads=threads, verbose=False,
+                                   **options["trainer"])
+        summary = trainer.fit(model, data)
     history = trainer.history
     best_round = summary["best_personalized_accuracy_round"]
     at_best = next(r for r in history if r["round"] == best_round)
@@ -83,15 +116,19 @@ def cell(values: list[float | None], percent: bool = True) -> str:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setting", choices=sorted(SETTINGS), default="pathological",
+                        help="data split and workload (see the module docstring)")
     parser.add_argument("--rounds", type=int, default=30, help="rounds per run")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per method")
     parser.add_argument("--methods", nargs="+", default=list(METHODS),
                         help="client class names (default: the baselines and GPFL)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.seeds < 1:
-        parser.error(f"--rounds and --seeds must be >= 1, got {args.rounds} and {args.seeds}")
+    if min(args.rounds, args.seeds, args.jobs) < 1:
+        parser.error(f"--rounds, --seeds and --jobs must be >= 1, got {args.rounds}, "
+                     f"{args.seeds} and {args.jobs}")
     unknown = [m for m in args.methods if m not in METHODS and m not in CLIENTS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {sorted(CLIENTS)}")
@@ -101,18 +138,23 @@ def main(argv: list[str] | None = None) -> str:
     methods = [m for m in args.methods if m in CLIENTS]
     missing = [m for m in args.methods if m not in CLIENTS]
     rows: dict[str, dict[str, list[float | None]]] = {}
-    for method in methods:
-        with tempfile.TemporaryDirectory() as root:
-            runs = [run_once(method, s, args.rounds, root, args.threads) for s in seeds]
-        rows[method] = {c: [r[c] for r in runs] for c in COLUMNS}
-        print(f"  {method:<10} best pers. {cell(rows[method]['best pers.'])}", file=sys.stderr,
-              flush=True)
-    wall, cpu = (time.perf_counter() - started) / 60, (time.process_time() - cpu_started) / 60
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {method: [pool.submit(run_once, method, s, args.rounds, args.setting,
+                                        args.threads) for s in seeds] for method in methods}
+        for method, runs in futures.items():
+            results = [f.result() for f in runs]
+            rows[method] = {c: [r[c] for r in results] for c in COLUMNS}
+            print(f"  {method:<10} best pers. {cell(rows[method]['best pers.'])}",
+                  file=sys.stderr, flush=True)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = (time.perf_counter() - started) / 60
+    cpu = (time.process_time() - cpu_started + children.ru_utime + children.ru_stime) / 60
 
     lines = [
-        "### Baselines on MNIST-5k, pathological (2 classes per client), 20 clients",
+        f"### Baselines on MNIST-5k, setting `{args.setting}`",
         "",
-        f"4-layer CNN (`cnn_bn` for FedBN), SGD lr 0.005, batch 10, 1 local epoch, join ratio 1; "
+        f"Data {SETTINGS[args.setting]['data']}; model {SETTINGS[args.setting]['model']} "
+        f"(4-layer CNN, `cnn_bn` for FedBN); trainer {SETTINGS[args.setting]['trainer']}; "
         f"**{args.rounds} rounds**, seeds {seeds} (mean ± std over seeds), accuracies in %. "
         "\"std\" is the std of the clients' personalized accuracies (fairness; lower is "
         "fairer); \"-\": no global model.",
@@ -125,8 +167,9 @@ def main(argv: list[str] | None = None) -> str:
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     if missing:
         lines += ["", f"Not in fedlight.clients when this ran (skipped): {', '.join(missing)}."]
-    lines += ["", f"{len(methods) * len(seeds)} runs, wall time {wall:.1f} min, CPU time of "
-              f"this process {cpu:.1f} min (threads: {args.threads or torch.get_num_threads()})."]
+    lines += ["", f"{len(methods) * len(seeds)} runs in {args.jobs} process(es) x "
+              f"{args.threads or torch.get_num_threads()} thread(s): wall time {wall:.1f} min, "
+              f"CPU time of all processes {cpu:.1f} min."]
     text = "\n".join(lines)
     print(text)
     if args.out is not None:

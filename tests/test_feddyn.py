@@ -46,6 +46,7 @@ def test_gradient_state_is_private():
     client = make()
     assert set(client.partition.private) == {f"grad_state.{n}" for n, _ in
                                              client.named_parameters()}
+    assert client.has_global_model
 
 
 def test_loss_is_task_minus_linear_plus_quadratic():

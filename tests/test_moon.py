@@ -51,6 +51,7 @@ def test_previous_model_is_private_and_takes_the_trained_weights_at_round_end():
     client = make()
     assert set(client.partition.private) == {k for k in client.state_dict()
                                              if k.startswith("previous.")}
+    assert client.has_global_model
     client.on_round_start(0, {})
     with torch.no_grad():
         for p in client.projector.parameters():

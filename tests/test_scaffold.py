@@ -46,6 +46,7 @@ def test_control_variates_are_private_and_zero_at_start():
     assert set(client.partition.private) == {f"control.{n}" for n, _ in
                                              client.named_parameters()}
     assert all(not b.any() for b in client.control.buffers())
+    assert client.has_global_model
 
 
 def test_correction_is_gradient_minus_client_plus_server_control():

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 
 def parameter_mirror(module: nn.Module) -> nn.Module:
-    """A module whose buffers are zeros shaped like ``module``'s parameters, with the same
-    dotted names (buffer ``model.head.weight`` mirrors parameter ``model.head.weight``)."""
+    """A module whose buffers are zeros shaped like module's parameters, with the same
+    dotted names (buffer model.head.weight mirrors parameter model.head.weight)."""
     mirror = nn.Module()
     for name, param in module.named_parameters():
         *path, leaf = name.split(".")
@@ -35,7 +35,7 @@ def parameter_mirror(module: nn.Module) -> nn.Module:
 
 
 def received_parameters(client: Any) -> dict[str, tuple[nn.Parameter, Tensor]]:
-    """Each shared parameter of ``client`` with a detached copy of its current value (call at
+    """Each shared parameter of client with a detached copy of its current value (call at
     round start: the weights just received). Private parameters are left out."""
     shared = set(client.partition.shared)
     return {name: (param, param.detach().clone()) for name, param in client.named_parameters()
@@ -44,7 +44,7 @@ def received_parameters(client: Any) -> dict[str, tuple[nn.Parameter, Tensor]]:
 
 class StepCounter:
     """Optimizer steps of a round and the sum of their learning rates (first parameter group).
-    ``record`` is meant to be called from on_before_optimizer_step."""
+    record is meant to be called from on_before_optimizer_step."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -60,7 +60,7 @@ class StepCounter:
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
-    """A deep copy of ``module`` with ``requires_grad=False`` everywhere, in eval mode."""
+    """A deep copy of module with requires_grad=False everywhere, in eval mode."""
     frozen = copy.deepcopy(module)
     frozen.requires_grad_(False)
     return frozen.eval()

@@ -60,7 +60,7 @@ class FedBABU(FederatedClient):
         return [Phase("body", local_epochs, trainable=(BODY,))]
 
     def evaluation_phases(self) -> list[Phase]:
-        """tau_f epochs of fine-tuning (``finetune_part``) before scoring."""
+        """tau_f epochs of fine-tuning (finetune_part) before scoring."""
         if self.finetune_epochs == 0:
             return []
         return [Phase("finetune", self.finetune_epochs,

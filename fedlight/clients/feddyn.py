@@ -65,6 +65,12 @@ class FedDyn(FederatedClient):
     def private_patterns(self) -> list[str]:
         return ["grad_state.*"]
 
+    @property
+    def has_global_model(self) -> bool:
+        """True unless extra_private keeps part of model private: the method's own private
+        state never enters prediction, so the shared model is a global model."""
+        return not any(k.startswith("model.") for k in self.partition.private)
+
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
         """Keep theta^{t-1}, the received shared parameters."""
         self._received = received_parameters(self)
@@ -105,7 +111,7 @@ class FedDyn(FederatedClient):
 
 class FedDynServer(WeightedMean):
     """FedDyn's server rule: h <- h - alpha (|P|/N) (mean - theta^{t-1});
-    theta^t = mean - h / alpha, on the keys in ``parameters`` (every floating tensor when None);
+    theta^t = mean - h / alpha, on the keys in parameters (every floating tensor when None);
     the other keys take the mean. h (float64, per key) is the rule's extra state.
 
     Args:

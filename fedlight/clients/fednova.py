@@ -27,7 +27,7 @@ from fedlight.federation.server.mean import WeightedMean
 
 
 def step_coefficient_norm(steps: int, momentum: float = 0.0) -> float:
-    """||a_i||_1 of tau_i = ``steps`` SGD steps with heavy-ball ``momentum`` rho (paper Sec. 5:
+    """||a_i||_1 of tau_i = steps SGD steps with heavy-ball momentum rho (paper Sec. 5:
     tau for plain SGD, (tau - rho (1 - rho^tau) / (1 - rho)) / (1 - rho) with momentum)."""
     if momentum == 0:
         return float(steps)

@@ -26,38 +26,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedlight.clients._restricted import RestrictedSoftmax
+from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives there now
+    restricted_softmax_scales as restricted_softmax_scales,
+)
 from fedlight.clients.base import FederatedClient, Phase
 from fedlight.data.datamodule import iterate_batches
 
 KT_LOSSES = ("kd", "mmd", "none")
-RS_MODES = ("hard", "soft")
 MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 # ===================================================================== pure functions
-def restricted_softmax_scales(
-    class_counts: Tensor, alpha: float, mode: str = "hard", complete_classes: bool = False
-) -> Tensor:
-    """The per-class logit scales ``a_c`` of the restricted softmax, shape ``(U,)``.
-
-    Args:
-        class_counts: label counts ``m_c`` of the client's training split, ``(U,)``.
-        alpha: the scale ``a`` of the missing classes (``m_c = 0``), in ``[0, 1]``.
-        mode: ``"hard"`` (MAP, Eq. 8): ``a_c = 1`` for observed classes, ``alpha`` for missing
-            ones; ``"soft"`` (FedRS's original rule): ``a_c = alpha + (1 - alpha) p_c / max p``
-            with ``p`` the class shares (missing classes get ``alpha``, the largest class 1).
-        complete_classes: MAP Sec. 5.4, ``a_c = m_c / sum_j m_j`` (the class share); replaces
-            ``mode`` and ``alpha``.
-    """
-    counts = class_counts.float()
-    shares = counts / counts.sum().clamp_min(1.0)
-    if complete_classes:
-        return shares
-    if mode == "soft":
-        return alpha + (1.0 - alpha) * shares / shares.max().clamp_min(1e-12)
-    return torch.where(counts > 0, torch.ones_like(counts), torch.full_like(counts, alpha))
-
-
 def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
     """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``."""
     teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)
@@ -103,7 +83,7 @@ def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.
 
 
 # ===================================================================== the client
-class MAP(FederatedClient):
+class MAP(RestrictedSoftmax, FederatedClient):
     """MAP client (IEEE TKDE 2024, arXiv:2404.09232): restricted softmax + inherited private model.
 
     Modules: ``model`` is the shared full model (encoder + head, aggregated); ``hpm`` is a
@@ -191,10 +171,7 @@ class MAP(FederatedClient):
         personalize_lr_scale: float = 1.0,
         **kwargs: Any,
     ) -> None:
-        _check_range("rs_alpha", rs_alpha, 0.0, 1.0)
         _check_range("lamda", lamda, 0.0, 1.0)
-        if rs_mode not in RS_MODES:
-            raise ValueError(f"unknown rs_mode {rs_mode!r}; valid: {', '.join(RS_MODES)}")
         if kt not in KT_LOSSES:
             raise ValueError(f"unknown kt {kt!r}; valid: {', '.join(KT_LOSSES)}")
         if not tau > 0:
@@ -209,10 +186,8 @@ class MAP(FederatedClient):
                              f"got {personalize_epochs}")
         if not personalize_lr_scale > 0:
             raise ValueError(f"personalize_lr_scale must be positive, got {personalize_lr_scale}")
-        super().__init__(**kwargs)
-        self.rs_alpha = float(rs_alpha)
-        self.rs_mode = rs_mode
-        self.complete_classes = bool(complete_classes)
+        super().__init__(rs_alpha=rs_alpha, rs_mode=rs_mode, complete_classes=complete_classes,
+                         **kwargs)
         self.kt = kt
         self.lamda = float(lamda)
         self.tau = float(tau)
@@ -225,8 +200,6 @@ class MAP(FederatedClient):
             self.hpm = copy.deepcopy(self.model).requires_grad_(False).eval()
             self.register_buffer("hpm_updates", torch.zeros((), dtype=torch.long))
         self._has_teacher = False
-        self._scales: tuple[Any, Tensor] | None = None  # (context it was built for, scales)
-        self._plain_class_counts: Tensor | None = None
 
     # ----------------------------------------------------------------- partition
     def private_patterns(self) -> list[str]:
@@ -261,26 +234,7 @@ class MAP(FederatedClient):
         """Note whether this client has an HPM yet (one host read per round, not per step)."""
         self._has_teacher = self.hpm is not None and int(self.hpm_updates) > 0
 
-    def on_fit_start(self) -> None:
-        """Plain-Lightning use: take the datamodule's ``class_counts`` when it has them."""
-        if self.context is None:
-            datamodule = getattr(self.trainer, "datamodule", None)
-            counts = getattr(datamodule, "class_counts", None)
-            self._plain_class_counts = counts if isinstance(counts, Tensor) else None
-
     # ----------------------------------------------------------------- losses
-    def rs_scales(self) -> Tensor:
-        """``a_c`` for this client, ``(U,)`` (cached per client context)."""
-        if self._scales is None or self._scales[0] is not self.context:
-            if self.context is None and self._plain_class_counts is not None:
-                counts = self._plain_class_counts.to(self.device)
-            else:
-                counts = self.train_class_counts()
-            scales = restricted_softmax_scales(counts, self.rs_alpha, self.rs_mode,
-                                               self.complete_classes)
-            self._scales = (self.context, scales)
-        return self._scales[1]
-
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """Phase ``rs`` (and plain-Lightning ``train``): CE on restricted logits; phase
         ``personalize``: ``(1 - lamda) CE + lamda L_kt`` against the HPM (CE before it exists)."""

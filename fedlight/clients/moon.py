@@ -75,6 +75,12 @@ class MOON(FederatedClient):
     def private_patterns(self) -> list[str]:
         return ["previous.*"]
 
+    @property
+    def has_global_model(self) -> bool:
+        """True unless extra_private keeps part of model private: the method's own private
+        state never enters prediction, so the shared model is a global model."""
+        return not any(k.startswith("model.") for k in self.partition.private)
+
     def train(self, mode: bool = True) -> MOON:
         super().train(mode)
         self.previous.eval()
@@ -90,7 +96,7 @@ class MOON(FederatedClient):
 
     @staticmethod
     def project(module: nn.Module, x: Tensor) -> Tensor:
-        """z of ``module`` (a ModuleDict with encoder and projector)."""
+        """z of module (a ModuleDict with encoder and projector)."""
         return module["projector"](module["encoder"](x))
 
     def contrastive_loss(self, z: Tensor, z_global: Tensor, z_previous: Tensor) -> Tensor:

@@ -97,7 +97,7 @@ class PerFedAvg(FederatedClient):
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
     def loss_at(self, params: dict[str, Tensor], batch: Batch) -> Tensor:
-        """f_i at ``params`` (model parameter names; the others as they are) on ``batch``."""
+        """f_i at params (model parameter names; the others as they are) on batch."""
         x, y = batch
         return F.cross_entropy(functional_call(self.model, params, (x,)), y)
 
@@ -132,7 +132,7 @@ class PerFedAvg(FederatedClient):
 
     def hessian_vector_product(self, vector: dict[str, Tensor], batch: Batch
                                ) -> dict[str, Tensor]:
-        """(grad f(w + delta v) - grad f(w - delta v)) / (2 delta) on ``batch``."""
+        """(grad f(w + delta v) - grad f(w - delta v)) / (2 delta) on batch."""
         sides = []
         for sign in (1.0, -1.0):
             shifted = {n: (p.detach() + sign * self.hvp_delta * vector[n]).requires_grad_()

@@ -55,8 +55,8 @@ class SCAFFOLD(FederatedClient):
         * option II divides by the sum of the learning rates of the round's steps (K eta_l for
           a constant rate, the natural extension when a scheduler changes the rate); a client
           that took no step keeps c_i;
-        * option I computes grad f_i(x) on all of the client's training data (mean
-          cross-entropy, in chunks of 512 samples, in train mode with BatchNorm statistics
+        * option I computes grad f_i(x) on all of the client's training data (mean task
+          loss, in chunks of 512 samples, in train mode with BatchNorm statistics
           restored afterwards) at round start, before the first local step;
         * the server mean over clients is the trainer's weighting (the paper's uniform mean is
           trainer.weighting: uniform); the control update is always the plain sum over N;
@@ -82,8 +82,24 @@ class SCAFFOLD(FederatedClient):
     def private_patterns(self) -> list[str]:
         return ["control.*"]
 
+    @property
+    def has_global_model(self) -> bool:
+        """True unless extra_private keeps part of model private: the method's own private
+        state never enters prediction, so the shared model is a global model."""
+        return not any(k.startswith("model.") for k in self.partition.private)
+
+    def task_loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        """The local loss f_i on a batch's logits: cross-entropy (ScaRS restricts it)."""
+        return F.cross_entropy(logits, y)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        loss = self.task_loss(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
     def client_control(self, name: str) -> Tensor:
-        """c_i of parameter ``name`` (the live private buffer)."""
+        """c_i of parameter name (the live private buffer)."""
         return self.control.get_buffer(name)
 
     # ----------------------------------------------------------------- federation
@@ -141,15 +157,15 @@ class SCAFFOLD(FederatedClient):
         return new
 
     def local_gradient(self, x: Tensor, y: Tensor) -> dict[str, Tensor]:
-        """grad f_i at the current parameters: the gradient of the mean cross-entropy over
-        ``(x, y)``, per shared parameter; BatchNorm statistics are left as they were."""
+        """grad f_i at the current parameters: the gradient of the mean task loss over
+        (x, y), per shared parameter; BatchNorm statistics are left as they were."""
         buffers = {k: v.detach().clone() for k, v in self.named_buffers()}
         trained = [(name, param) for name, (param, _) in self._received.items()
                    if param.requires_grad]
         grads = {name: torch.zeros_like(param) for name, (param, _) in self._received.items()}
         with torch.enable_grad():
             for xb, yb in zip(x.split(CHUNK), y.split(CHUNK), strict=True):
-                loss = F.cross_entropy(self(xb), yb, reduction="sum") / len(y)
+                loss = self.task_loss(self(xb), yb) * (len(yb) / len(y))
                 pieces = torch.autograd.grad(loss, [p for _, p in trained], allow_unused=True)
                 for (name, _), piece in zip(trained, pieces, strict=True):
                     if piece is not None:
