@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from torch import Tensor
 
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.outputs import RunFolder
 from fedlight.federation.run import RunWriter, to_yaml
-from fedlight.federation.server import ServerContext
+from fedlight.federation.server import ServerContext, ServerRule
 from fedlight.flower.codec import state_to_record
 from fedlight.flower.setup import FlowerRun, app_config, load_from
 from fedlight.flower.strategy import FedlightStrategy
@@ -76,8 +78,19 @@ def hyperparameters(run: FlowerRun, rule_name: str) -> dict[str, Any]:
     }
 
 
-def serve(grid: Grid, run: FlowerRun, discovery_timeout: float = 600.0) -> dict[str, Any]:
-    """Run the whole federation over grid and return the summary (as fedlight fit's)."""
+@dataclass
+class Outcome:
+    """What a served run leaves: its summary (as fedlight fit returns), the final global
+    shared state, the server rule and the metrics rows."""
+
+    summary: dict[str, Any]
+    global_state: dict[str, Tensor]
+    rule: ServerRule
+    history: list[dict[str, Any]]
+
+
+def serve(grid: Grid, run: FlowerRun, discovery_timeout: float = 600.0) -> Outcome:
+    """Run the whole federation over grid, writing the run folder."""
     trainer = run.trainer
     rule = run.server_rule()
     rule.setup(run.initial_shared, ServerContext(
@@ -101,7 +114,7 @@ def serve(grid: Grid, run: FlowerRun, discovery_timeout: float = 600.0) -> dict[
         writer.close(failed=True)
         raise
     writer.close()
-    return summary
+    return Outcome(summary, rule.global_state, rule, strategy.history)
 
 
 def _write_header(run: FlowerRun, folder: RunFolder) -> None:
@@ -114,22 +127,23 @@ def _write_header(run: FlowerRun, folder: RunFolder) -> None:
 
 def build_server_app(config: str | None = None, overrides: str | list[str] | None = None,
                      discovery_timeout: float | None = None,
-                     on_summary: Callable[[dict[str, Any]], None] | None = None) -> ServerApp:
+                     on_finish: Callable[[Outcome], None] | None = None) -> ServerApp:
     """The ServerApp. config, overrides and discovery_timeout, when given, fix those settings;
     otherwise they are read from Flower's run config (config, overrides, discovery-timeout).
-    on_summary, when given, receives the run's summary at the end."""
+    on_finish, when given, receives the run's Outcome at the end."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         settings = app_config(context.run_config, config=config, overrides=overrides,
                               discovery_timeout=discovery_timeout)
-        summary = serve(grid, load_from(settings),
+        outcome = serve(grid, load_from(settings),
                         float(settings.get("discovery-timeout", 600.0)))
-        if on_summary is not None:
-            on_summary(summary)
+        if on_finish is not None:
+            on_finish(outcome)
 
     return app
 
 
-__all__ = ["build_server_app", "discover_clients", "hyperparameters", "run_name", "serve"]
+__all__ = ["Outcome", "build_server_app", "discover_clients", "hyperparameters", "run_name",
+           "serve"]

@@ -14,15 +14,15 @@ import tempfile
 from typing import Any
 
 from fedlight.flower.client import build_client_app
-from fedlight.flower.server import build_server_app
+from fedlight.flower.server import Outcome, build_server_app
 from fedlight.flower.setup import find_config, load_run, parse_overrides
 
 
 def simulate(config: str, overrides: str | list[str] | None = None,
              state_dir: str | None = None, num_cpus: int = 1,
-             backend_config: dict[str, Any] | None = None) -> dict[str, Any]:
+             backend_config: dict[str, Any] | None = None) -> Outcome:
     """Run config (a fedlight YAML, plus command-line style overrides) under Flower's
-    simulation engine and return the summary of the run folder it writes.
+    simulation engine; return the Outcome (summary, final global state, rows).
 
     Args:
         config: the fedlight YAML.
@@ -38,17 +38,17 @@ def simulate(config: str, overrides: str | list[str] | None = None,
 
     path, arguments = str(find_config(config)), parse_overrides(overrides)
     num_clients = load_run(path, arguments).datamodule.num_clients
-    summaries: list[dict[str, Any]] = []
+    outcomes: list[Outcome] = []
     backend = backend_config or {"init_args": {"num_cpus": num_cpus},
                                  "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     with tempfile.TemporaryDirectory(prefix="fedlight-flower-") as scratch:
         run_simulation(
-            server_app=build_server_app(path, list(arguments), on_summary=summaries.append),
+            server_app=build_server_app(path, list(arguments), on_finish=outcomes.append),
             client_app=build_client_app(path, list(arguments), state_dir or scratch),
             num_supernodes=num_clients, backend_name="ray", backend_config=backend)
-    if not summaries:
-        raise RuntimeError("the Flower simulation ended without a summary (see its log)")
-    return summaries[0]
+    if not outcomes:
+        raise RuntimeError("the Flower simulation ended without a result (see its log)")
+    return outcomes[0]
 
 
 def main(argv: list[str]) -> None:
@@ -63,8 +63,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--num-cpus", type=int, default=1,
                         help="CPUs for Flower's Ray backend (one ClientApp per CPU)")
     options, overrides = parser.parse_known_args(argv)
-    summary = simulate(options.config, overrides, options.state_dir, options.num_cpus)
-    print(f"run folder: {summary['run_dir']}")
+    outcome = simulate(options.config, overrides, options.state_dir, options.num_cpus)
+    print(f"run folder: {outcome.summary['run_dir']}")
 
 
 __all__ = ["main", "simulate"]
