@@ -1,0 +1,124 @@
+"""fedlight under Flower: the same client modules and server rules, driven by Flower's
+ClientApp / ServerApp / Strategy, give the run fedlight fit gives."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from fedlight.cli import FedlightCLI  # noqa: E402
+from fedlight.flower import build_client_app, build_server_app  # noqa: E402
+from fedlight.flower.client import ClientNode  # noqa: E402
+from fedlight.flower.codec import unpack  # noqa: E402
+from fedlight.flower.inline import InlineGrid, run_inline  # noqa: E402
+from fedlight.flower.server import serve  # noqa: E402
+from fedlight.flower.setup import load_run  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TINY = ["--data.num_clients", "16", "--trainer.rounds", "2", "--trainer.join_ratio", "0.25",
+        "--trainer.batch_size", "32", "--trainer.eval_every", "2",
+        "--trainer.progress_bar", "false", "--trainer.verbose", "false", "--trainer.logger", "csv"]
+
+
+def _tiny(tmp_path: Path, *extra: str) -> list[str]:
+    return [*TINY, "--trainer.default_root_dir", str(tmp_path / "runs"), *extra]
+
+
+def _fit(config: str, overrides: list[str]):
+    return FedlightCLI(args=["fit", "-c", str(CONFIGS / config), *overrides]).trainer
+
+
+def _flower(config: str, overrides: list[str], state_dir: Path, grid_class=InlineGrid):
+    run = load_run(str(CONFIGS / config), tuple(overrides))
+    grid = grid_class(build_client_app(str(CONFIGS / config), overrides, str(state_dir)),
+                      run.datamodule.num_clients)
+    return run, serve(grid, run)
+
+
+def _rows(history):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+def test_fedavg_under_flower_gives_the_global_state_of_fit(tmp_path):
+    overrides = _tiny(tmp_path)
+    trainer = _fit("fedavg/mnist5k_dirichlet.yaml", overrides)
+    _, outcome = _flower("fedavg/mnist5k_dirichlet.yaml", overrides, tmp_path / "state")
+    assert set(outcome.global_state) == set(trainer.global_state)
+    for key, value in trainer.global_state.items():
+        torch.testing.assert_close(outcome.global_state[key], value.cpu(), rtol=1e-5, atol=1e-6)
+    for ours, theirs in zip(_rows(outcome.history), _rows(trainer.history), strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-5)
+    folder = Path(outcome.summary["run_dir"])
+    assert (folder / "metrics.csv").is_file()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["engine"] == "flower" and summary["rounds"] == 2
+
+
+class _RecordingGrid(InlineGrid):
+    """Keeps every train reply, as the SuperLink would receive it."""
+
+    def push_messages(self, messages):
+        ids = list(super().push_messages(messages))
+        self.sent = getattr(self, "sent", []) + [self.replies[i] for i in ids]
+        return ids
+
+
+def test_fedper_under_flower_matches_fit_and_keeps_the_head_on_the_client(tmp_path):
+    overrides = _tiny(tmp_path)
+    trainer = _fit("fedper/mnist5k_dirichlet.yaml", overrides)
+    grids = []
+
+    def grid(*args):
+        grids.append(_RecordingGrid(*args))
+        return grids[-1]
+
+    run, outcome = _flower("fedper/mnist5k_dirichlet.yaml", overrides, tmp_path / "state", grid)
+    assert [r["personalized_accuracy"] for r in outcome.history] == pytest.approx(
+        [r["personalized_accuracy"] for r in trainer.history], rel=1e-6)
+    assert outcome.history[-1]["global_accuracy"] is None  # FedPer has no global model
+
+    head = set(run.model.partition.private)
+    assert head and all(".head." in k for k in head)
+    uploads = [m.content for m in grids[0].sent if "upload" in m.content]
+    assert len(uploads) == 2 * 4  # two rounds, a quarter of 16 clients
+    for content in uploads:
+        sent = set(content["arrays"]) | set(unpack(content["upload"]["payload"]))
+        assert sent == set(run.model.partition.shared) and not sent & head
+
+    # The head lives on the client's disk; a restarted SuperNode reads it back as fit's.
+    for client_id, private in trainer.client_states.items():
+        folder = next((tmp_path / "state").glob(f"run-*/client-{client_id}"))
+        node = ClientNode(run, client_id, folder)
+        node.restore()
+        stored = node.population.states[client_id]
+        assert set(stored) == head
+        for key in head:
+            torch.testing.assert_close(stored[key], private[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("config", ["gpfl/mnist5k_dirichlet.yaml", "map/mnist5k_incomplete.yaml"])
+def test_methods_with_payloads_and_private_modules_run_under_flower(tmp_path, config):
+    overrides = _tiny(tmp_path, "--trainer.local_epochs", "1")
+    out = []
+    run_inline(build_server_app(str(CONFIGS / config), overrides, on_finish=out.append),
+               build_client_app(str(CONFIGS / config), overrides, str(tmp_path / "state")), 16)
+    (outcome,) = out
+    assert [row["round"] for row in outcome.history] == [2]
+    assert 0.0 <= outcome.summary["last_personalized_accuracy"] <= 1.0
+    assert (Path(outcome.summary["run_dir"]) / "summary.json").is_file()
+    assert list((tmp_path / "state").glob("run-*/client-*/state.pt"))
+
+
+def test_unsupported_trainer_options_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="drop_rate=0.2"):
+        load_run(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"),
+                 tuple(_tiny(tmp_path, "--trainer.drop_rate", "0.2")))
+
+
+def test_a_client_id_outside_the_federation_is_rejected(tmp_path):
+    run = load_run(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), tuple(_tiny(tmp_path)))
+    with pytest.raises(ValueError, match="client id 16 is outside 0..15"):
+        ClientNode(run, 16, tmp_path)
