@@ -2,6 +2,7 @@
 ClientApp / ServerApp / Strategy, give the run fedlight fit gives."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,13 +10,14 @@ import torch
 
 pytest.importorskip("flwr")
 
-from fedlight.cli import FedlightCLI  # noqa: E402
+from fedlight.cli import FedlightCLI, main  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
 from fedlight.flower.client import ClientNode  # noqa: E402
 from fedlight.flower.codec import unpack  # noqa: E402
 from fedlight.flower.inline import InlineGrid, run_inline  # noqa: E402
 from fedlight.flower.server import serve  # noqa: E402
 from fedlight.flower.setup import load_run  # noqa: E402
+from fedlight.flower.simulate import simulate  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = ["--data.num_clients", "16", "--trainer.rounds", "2", "--trainer.join_ratio", "0.25",
@@ -42,15 +44,24 @@ def _rows(history):
     return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
 
 
-def test_fedavg_under_flower_gives_the_global_state_of_fit(tmp_path):
-    overrides = _tiny(tmp_path)
-    trainer = _fit("fedavg/mnist5k_dirichlet.yaml", overrides)
-    _, outcome = _flower("fedavg/mnist5k_dirichlet.yaml", overrides, tmp_path / "state")
+@pytest.fixture(scope="module")
+def fedavg_fit(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fit")
+    return root, _fit("fedavg/mnist5k_dirichlet.yaml", _tiny(root))
+
+
+def _same_run(outcome, trainer):
     assert set(outcome.global_state) == set(trainer.global_state)
     for key, value in trainer.global_state.items():
         torch.testing.assert_close(outcome.global_state[key], value.cpu(), rtol=1e-5, atol=1e-6)
     for ours, theirs in zip(_rows(outcome.history), _rows(trainer.history), strict=True):
         assert ours == pytest.approx(theirs, rel=1e-5)
+
+
+def test_fedavg_under_flower_gives_the_global_state_of_fit(fedavg_fit, tmp_path):
+    root, trainer = fedavg_fit
+    _, outcome = _flower("fedavg/mnist5k_dirichlet.yaml", _tiny(root), tmp_path / "state")
+    _same_run(outcome, trainer)
     folder = Path(outcome.summary["run_dir"])
     assert (folder / "metrics.csv").is_file()
     summary = json.loads((folder / "summary.json").read_text())
@@ -122,3 +133,21 @@ def test_a_client_id_outside_the_federation_is_rejected(tmp_path):
     run = load_run(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), tuple(_tiny(tmp_path)))
     with pytest.raises(ValueError, match="client id 16 is outside 0..15"):
         ClientNode(run, 16, tmp_path)
+
+
+@pytest.mark.skipif(os.environ.get("FEDLIGHT_TEST_RAY") != "1",
+                    reason="Flower's Ray engine takes ~35 s to start here; FEDLIGHT_TEST_RAY=1")
+def test_fedavg_on_flowers_ray_engine_gives_the_global_state_of_fit(fedavg_fit, tmp_path):
+    root, trainer = fedavg_fit
+    outcome = simulate(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), _tiny(root),
+                       str(tmp_path / "state"))
+    _same_run(outcome, trainer)
+
+
+def test_fedlight_flower_command_writes_the_run_folder(tmp_path, capsys):
+    main(["flower", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), "--engine", "inline",
+          *_tiny(tmp_path, "--data.num_clients", "4", "--trainer.rounds", "1")])
+    folder = Path(capsys.readouterr().out.strip().splitlines()[-1].split(": ", 1)[1])
+    assert {"metrics.csv", "summary.json", "config.yaml", "partition.json"} <= {
+        p.name for p in folder.iterdir()}
+    assert json.loads((folder / "summary.json").read_text())["num_clients"] == 4

@@ -14,13 +14,16 @@ import tempfile
 from typing import Any
 
 from fedlight.flower.client import build_client_app
+from fedlight.flower.inline import run_inline
 from fedlight.flower.server import Outcome, build_server_app
 from fedlight.flower.setup import find_config, load_run, parse_overrides
+
+ENGINES = ("ray", "inline")
 
 
 def simulate(config: str, overrides: str | list[str] | None = None,
              state_dir: str | None = None, num_cpus: int = 1,
-             backend_config: dict[str, Any] | None = None) -> Outcome:
+             backend_config: dict[str, Any] | None = None, engine: str = "ray") -> Outcome:
     """Run config (a fedlight YAML, plus command-line style overrides) under Flower's
     simulation engine; return the Outcome (summary, final global state, rows).
 
@@ -31,10 +34,13 @@ def simulate(config: str, overrides: str | list[str] | None = None,
             folder removed at the end.
         num_cpus: CPUs Ray may use (one ClientApp process per CPU).
         backend_config: Flower's backend config (replaces the one num_cpus makes).
+        engine: ray (Flower's simulation engine) or inline (every ClientApp called in this
+            process, see fedlight.flower.inline; no Ray needed).
     """
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be at least 1, got {num_cpus}")
-    from flwr.simulation import run_simulation
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
 
     path, arguments = str(find_config(config)), parse_overrides(overrides)
     num_clients = load_run(path, arguments).datamodule.num_clients
@@ -42,17 +48,24 @@ def simulate(config: str, overrides: str | list[str] | None = None,
     backend = backend_config or {"init_args": {"num_cpus": num_cpus},
                                  "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     with tempfile.TemporaryDirectory(prefix="fedlight-flower-") as scratch:
-        run_simulation(
-            server_app=build_server_app(path, list(arguments), on_finish=outcomes.append),
-            client_app=build_client_app(path, list(arguments), state_dir or scratch),
-            num_supernodes=num_clients, backend_name="ray", backend_config=backend)
+        server_app = build_server_app(path, list(arguments), on_finish=outcomes.append)
+        client_app = build_client_app(path, list(arguments), state_dir or scratch)
+        if engine == "inline":
+            run_inline(server_app, client_app, num_clients)
+        else:
+            from flwr.simulation import run_simulation
+
+            run_simulation(server_app=server_app, client_app=client_app,
+                           num_supernodes=num_clients, backend_name="ray",
+                           backend_config=backend)
     if not outcomes:
         raise RuntimeError("the Flower simulation ended without a result (see its log)")
     return outcomes[0]
 
 
 def main(argv: list[str]) -> None:
-    """fedlight flower CONFIG [--state-dir DIR] [--num-cpus N] [--trainer.rounds 5 ...]"""
+    """fedlight flower CONFIG [--state-dir DIR] [--num-cpus N] [--engine ray|inline]
+    [--trainer.rounds 5 ...]"""
     parser = argparse.ArgumentParser(
         prog="fedlight flower",
         description="Run a fedlight config under Flower's simulation engine (one SuperNode "
@@ -62,9 +75,13 @@ def main(argv: list[str]) -> None:
                         help="folder of the clients' private states (default: temporary)")
     parser.add_argument("--num-cpus", type=int, default=1,
                         help="CPUs for Flower's Ray backend (one ClientApp per CPU)")
+    parser.add_argument("--engine", choices=ENGINES, default="ray",
+                        help="ray: Flower's simulation engine; inline: every ClientApp in "
+                             "this process (quick checks, no Ray)")
     options, overrides = parser.parse_known_args(argv)
-    outcome = simulate(options.config, overrides, options.state_dir, options.num_cpus)
+    outcome = simulate(options.config, overrides, options.state_dir, options.num_cpus,
+                       engine=options.engine)
     print(f"run folder: {outcome.summary['run_dir']}")
 
 
-__all__ = ["main", "simulate"]
+__all__ = ["ENGINES", "main", "simulate"]
