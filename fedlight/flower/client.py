@@ -66,16 +66,10 @@ class ClientNode:
         the node), the logged values and, when score is set, the scores right after training
         (methods that evaluate after local training)."""
         self.restore()
-        model, client_id = self.run.model, self.client_id
-        seed = derive_seed(self.run.trainer.seed, round_idx, client_id)
-        torch.manual_seed(seed)
-        self.population.start_training(model, client_id, round_idx, shared, message)
-        phases = model.local_phases(self.run.trainer.local_epochs)
-        result = self.loop.fit(model, self.population.train_data[client_id],
-                               torch.Generator().manual_seed(seed), phases,
-                               self.population.optimizer_states.get(client_id))
-        model.on_round_end()
-        self.population.finish_training(model, client_id, result.optimizer_states)
+        model, client_id, trainer = self.run.model, self.client_id, self.run.trainer
+        result = self.population.train(
+            model, self.loop, client_id, round_idx, shared, message,
+            derive_seed(trainer.seed, round_idx, client_id), trainer.local_epochs)
         self.save()
         logs = {k: float(v) for k, v in model.pop_federated_logs().items()}
         scores = self.evaluator.score_client(model, client_id, round_idx) if score else {}
@@ -103,6 +97,9 @@ class ClientNode:
         if not self.file.is_file():
             return
         saved = torch.load(self.file, map_location="cpu", weights_only=False)  # our own file
+        if set(saved["private"]) != set(self.run.initial_private):
+            raise ValueError(f"{self.file} holds the private state of another model (keys "
+                             f"{sorted(saved['private'])[:3]}...); give this run its own state-dir")
         self.population.states[self.client_id] = saved["private"]
         if saved["optimizer"]:
             self.population.optimizer_states[self.client_id] = saved["optimizer"]

@@ -12,6 +12,7 @@ engine (simulate, flwr run) runs the same apps in Ray worker processes.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -33,14 +34,16 @@ class InlineGrid(Grid):
         client_app: the ClientApp every node runs.
         num_nodes: SuperNodes; node k has partition-id k.
         run_config: Flower's run config given to every node.
-        run_id: the run's id (the nodes' Context.run_id).
+        run_id: the run's id (the nodes' Context.run_id); default a random one, as Flower
+            draws, so runs sharing a state folder never read each other's client states.
     """
 
     def __init__(self, client_app: ClientApp, num_nodes: int,
-                 run_config: dict[str, Any] | None = None, run_id: int = 1) -> None:
+                 run_config: dict[str, Any] | None = None, run_id: int | None = None) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be at least 1, got {num_nodes}")
         self.client_app = client_app
+        run_id = secrets.randbits(63) if run_id is None else run_id
         self._run = Run.create_empty(run_id=run_id)
         self.contexts = {
             FIRST_NODE_ID + k: Context(
@@ -88,10 +91,10 @@ class InlineGrid(Grid):
 
 
 def run_inline(server_app: ServerApp, client_app: ClientApp, num_nodes: int,
-               run_config: dict[str, Any] | None = None, run_id: int = 1) -> None:
+               run_config: dict[str, Any] | None = None, run_id: int | None = None) -> None:
     """Run server_app against num_nodes in-process SuperNodes running client_app."""
     grid = InlineGrid(client_app, num_nodes, run_config, run_id)
-    server_app(grid, Context(run_id=run_id, node_id=SUPERLINK_NODE_ID, node_config={},
+    server_app(grid, Context(run_id=grid.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={},
                              state=RecordDict(), run_config=dict(run_config or {})))
 
 

@@ -94,8 +94,7 @@ def load_run(config: str, overrides: tuple[str, ...] = ()) -> FlowerRun:
             """Parse and instantiate only."""
 
     cli = _Parse(args=["fit", "-c", str(find_config(config)), *overrides])
-    options = cli._prepare_subcommand_kwargs("fit")
-    run = FlowerRun(options["model"], options["datamodule"], cli.trainer, options.get("server"))
+    run = FlowerRun(cli.model, cli.datamodule, cli.trainer, cli.config_init["fit"].get("server"))
     _check_supported(run.trainer)
     _prepare(run)
     return run
