@@ -12,13 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.server import ServerRule, resolve_rule
-from fedlight.federation.setup import reinitialize
+from fedlight.federation.setup import prepare_run
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -114,16 +113,8 @@ def _check_supported(trainer: FederatedTrainer) -> None:
 
 def _prepare(run: FlowerRun) -> None:
     """What FederatedTrainer.fit does to the model and data before round 1."""
-    model, datamodule, trainer = run.model, run.datamodule, run.trainer
-    datamodule.setup("fit")
-    if model.num_classes != datamodule.num_classes:
-        raise ValueError(f"model has {model.num_classes} classes but data source "
-                         f"{datamodule.source!r} has {datamodule.num_classes}")
-    _ = model.partition  # resolve and check the shared / private patterns now
-    if trainer.reinitialize:
-        reinitialize(model, trainer.seed)
-    if trainer.threads:
-        torch.set_num_threads(trainer.threads)
+    model, trainer = run.model, run.trainer
+    prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads)
     trainer.fabric.setup_module(model)
     model.capture_logs(True)
     state = model.state_dict()
