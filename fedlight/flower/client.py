@@ -140,8 +140,8 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
 
     @app.query()
     def query(message: Message, context: Context) -> Message:
-        config = ConfigRecord({"client-id": client_id_of(context)})
-        return Message(RecordDict({"client": config}), reply_to=message)
+        record = ConfigRecord({"client-id": client_id_of(context)})
+        return Message(RecordDict({"client": record}), reply_to=message)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
@@ -154,7 +154,7 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
         upload = result.upload
         reply = RecordDict({
             "arrays": state_to_record(upload.state),
-            "upload": ConfigRecord({"client-id": node.client_id, "weight": float(upload.weight),
+            "upload": ConfigRecord({"weight": float(upload.weight),
                                     "payload": pack(upload.payload)}),
             "stats": ConfigRecord({"loss_sum": float(result.loss_sum), "steps": result.steps,
                                    "logs": pack(logs), "scores": pack_scores(scores)}),
@@ -167,7 +167,7 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
         task = message.content["task"]
         _check_addressee(node, task)
         scores = node.evaluate(int(task["round"]), record_to_state(message.content["arrays"]))
-        stats = ConfigRecord({"client-id": node.client_id, "scores": pack_scores(scores)})
+        stats = ConfigRecord({"scores": pack_scores(scores)})
         return Message(RecordDict({"stats": stats}), reply_to=message)
 
     return app

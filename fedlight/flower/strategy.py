@@ -54,6 +54,7 @@ class FedlightStrategy(Strategy):
             raise ValueError(f"no SuperNode plays client(s) {missing}")
         trainer = run.trainer
         self.run, self.rule, self.nodes, self.writer = run, rule, nodes, writer
+        self.client_of = {node: client for client, node in nodes.items()}
         dist = OwnedClients(trainer.fabric, [])  # the server holds no client's data
         population = Population(run.datamodule, dist, run.initial_private, "memory", ".",
                                 trainer.rounds, trainer.join_ratio, trainer.batch_size)
@@ -81,6 +82,11 @@ class FedlightStrategy(Strategy):
                               "task": ConfigRecord({"client-id": client_id, **task})})
         return Message(content, dst_node_id=self.nodes[client_id], message_type=kind)
 
+    def _sender(self, reply: Message) -> int:
+        """The client a reply comes from: known from the (Flower-authenticated) node that
+        sent it, not from what the node claims."""
+        return self.client_of[reply.metadata.src_node_id]
+
     # ----------------------------------------------------------------- training
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
@@ -102,10 +108,8 @@ class FedlightStrategy(Strategy):
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Fold the replies into the rule in client-id order and end the round."""
         weighting = self.run.trainer.weighting
-        answered = {}
-        for reply in replies:
-            if not reply.has_error():
-                answered[int(reply.content["upload"]["client-id"])] = reply.content
+        answered = {self._sender(reply): reply.content for reply in replies
+                    if not reply.has_error()}
         loss_sum, steps, bytes_up, logs = 0.0, 0, 0, {}
         self.train_scores = {}
         for client_id in sorted(answered):
@@ -151,7 +155,7 @@ class FedlightStrategy(Strategy):
         if not self._evaluated(server_round):
             return None
         scores = self.train_scores if self._scores_after_training(server_round) else {
-            int(r.content["stats"]["client-id"]): unpack_scores(r.content["stats"]["scores"])
+            self._sender(r): unpack_scores(r.content["stats"]["scores"])
             for r in replies if not r.has_error()}
         metrics = self.evaluator.evaluate(self.run.model, self.rule, server_round - 1, scores)
         row = {"round": server_round, **metrics, **self.row}
