@@ -1,6 +1,7 @@
 """fedlight under Flower: the same client modules and server rules, driven by Flower's
 ClientApp / ServerApp / Strategy, give the run fedlight fit gives."""
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -158,3 +159,14 @@ def test_fedlight_flower_command_writes_the_run_folder(tmp_path, capsys):
     assert {"metrics.csv", "summary.json", "config.yaml", "partition.json"} <= {
         p.name for p in folder.iterdir()}
     assert json.loads((folder / "summary.json").read_text())["num_clients"] == 4
+
+
+def test_the_example_flower_app_names_fedlights_apps_and_a_runnable_config():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    app = Path(__file__).resolve().parents[1] / "examples" / "flower"
+    flwr_app = tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    for reference in flwr_app["components"].values():
+        module, attribute = reference.split(":")
+        assert hasattr(importlib.import_module(module), attribute)
+    run = load_run(str(app / flwr_app["config"]["config"]), ("--trainer.rounds", "1"))
+    assert run.method == "FedAvg" and run.datamodule.num_clients == 4
