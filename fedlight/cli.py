@@ -7,6 +7,7 @@
     fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
     fedlight report runs/* --out report/                         # tables and plots of runs
     fedlight interpolate runs/<AaBb run>                         # alpha/beta interpolation grid
+    fedlight flower configs/fedper/mnist5k_dirichlet.yaml        # the same run on Flower
 
 ``--model`` takes any client class (short name such as ``FedAvg`` or a class path); the input
 shape and the class count are linked from the data module and never repeated in a YAML.
@@ -125,7 +126,15 @@ def interpolate(argv: list[str]) -> None:
     interpolation_main(argv)
 
 
-TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate}
+def flower(argv: list[str]) -> None:
+    """fedlight flower CONFIG [overrides]: the config under Flower's simulation engine."""
+    from fedlight.flower.simulate import main as flower_main
+
+    flower_main(argv)
+
+
+TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate,
+         "flower": flower}
 
 
 def main(args: list[str] | None = None) -> None:

@@ -13,6 +13,8 @@ from torch import Tensor
 from fedlight.clients.base import ClientContext, FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.distributed import Distributed
+from fedlight.federation.local import LocalLoop, LocalResult
+from fedlight.federation.precision import RoundGradScale
 from fedlight.federation.store import ClientStore, make_store
 
 Batch = tuple[Tensor, Tensor]
@@ -80,6 +82,25 @@ class Population:
         self.states[client_id] = client.client_state()
         if optimizer_states:
             self.optimizer_states[client_id] = optimizer_states
+
+    def train(self, client: FederatedClient, loop: LocalLoop, client_id: int, round_idx: int,
+              shared: Mapping[str, Tensor], message: dict[str, Any], seed: int,
+              local_epochs: int, grad_scale: RoundGradScale | None = None) -> LocalResult:
+        """One client's round, as every engine runs it (the simulator, a Flower SuperNode):
+        seed the global RNG and the batch order with seed, load the client, run its local
+        phases with loop, call on_round_end, keep its private and optimizer state."""
+        torch.manual_seed(seed)
+        self.start_training(client, client_id, round_idx, shared, message)
+        phases = client.local_phases(local_epochs)
+        if grad_scale is not None:
+            grad_scale.begin_client()  # fp16: every client of a round starts from one scale
+        result = loop.fit(client, self.train_data[client_id], torch.Generator().manual_seed(seed),
+                          phases, self.optimizer_states.get(client_id))
+        if grad_scale is not None:
+            grad_scale.end_client()
+        client.on_round_end()
+        self.finish_training(client, client_id, result.optimizer_states)
+        return result
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint(self) -> dict[str, Any]:

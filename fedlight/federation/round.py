@@ -69,17 +69,9 @@ class RoundRunner:
         """Load client client_id, run its local phases and return its report to the server
         and its statistics (loss sum, steps, bytes, logged values)."""
         shared, message = self.server.download(client_id)
-        seed = derive_seed(self.seed, round_idx, client_id)
-        torch.manual_seed(seed)
-        self.population.start_training(self.client, client_id, round_idx, shared, message)
-        phases = self.client.local_phases(self.local_epochs)
-        self.grad_scale.begin_client()  # fp16: every client of a round starts from one scale
-        result = self.loop.fit(self.client, self.population.train_data[client_id],
-                               torch.Generator().manual_seed(seed), phases,
-                               self.population.optimizer_states.get(client_id))
-        self.grad_scale.end_client()
-        self.client.on_round_end()
-        self.population.finish_training(self.client, client_id, result.optimizer_states)
+        result = self.population.train(
+            self.client, self.loop, client_id, round_idx, shared, message,
+            derive_seed(self.seed, round_idx, client_id), self.local_epochs, self.grad_scale)
         upload = result.upload
         weight = upload.weight if self.weighting == "samples" else 1.0
         return Report(client_id, upload.state, weight, upload.payload), {

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from fedlight.clients.base import FederatedClient
+from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.aggregate import WEIGHTINGS
 
 #: Trainer options of fedlight 0.1 that moved, and where they live now.
@@ -42,6 +43,24 @@ def check_options(join_ratio: float, weighting: str, **counts: int) -> None:
         raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
 
 
+def prepare_run(model: FederatedClient, datamodule: FederatedDataModule, seed: int,
+                reinit: bool = True, threads: int | None = None) -> None:
+    """What every engine (the simulator, the Flower apps) does before round 1: set torch's
+    threads, set up the data, check the class count and the shared / private patterns, and
+    re-initialize the model from seed (reinit)."""
+    if not isinstance(model, FederatedClient):
+        raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
+    if threads:
+        torch.set_num_threads(threads)
+    datamodule.setup("fit")
+    if model.num_classes != datamodule.num_classes:
+        raise ValueError(f"model has {model.num_classes} classes but data source "
+                         f"{datamodule.source!r} has {datamodule.num_classes}")
+    _ = model.partition  # resolve and check the shared / private patterns now
+    if reinit:
+        reinitialize(model, seed)
+
+
 def reinitialize(client: FederatedClient, seed: int) -> None:
     """Give ``client`` the weights a construction right after ``torch.manual_seed(seed)`` gives
     (what the CLI does), without touching the global RNG state.
@@ -55,4 +74,4 @@ def reinitialize(client: FederatedClient, seed: int) -> None:
     client.load_state_dict(fresh.state_dict())
 
 
-__all__ = ["MOVED_OPTIONS", "check_moved", "check_options", "reinitialize"]
+__all__ = ["MOVED_OPTIONS", "check_moved", "check_options", "prepare_run", "reinitialize"]

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
@@ -31,7 +30,7 @@ from fedlight.federation.round import RoundRunner
 from fedlight.federation.run import RunWriter, default_run_name, describe_run, to_yaml
 from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
-from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, reinitialize
+from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, prepare_run
 
 
 class FederatedTrainer:
@@ -237,19 +236,9 @@ class FederatedTrainer:
     # ================================================================= set-up
     def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
                  server: ServerRule | None = None) -> None:
-        if not isinstance(model, FederatedClient):
-            raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        datamodule.setup("fit")
-        if model.num_classes != datamodule.num_classes:
-            raise ValueError(f"model has {model.num_classes} classes but data source "
-                             f"{datamodule.source!r} has {datamodule.num_classes}")
+        prepare_run(model, datamodule, self.seed, self.reinitialize, self.threads)
         method = type(model).__name__
         self.server = resolve_rule(model.configure_server(), server, method)
-        _ = model.partition  # resolve and check the shared / private patterns now
-        if self.reinitialize:
-            reinitialize(model, self.seed)
         self.client, self.datamodule = model, datamodule
         self.num_clients = datamodule.num_clients
         self.dist = Distributed(self.fabric)
