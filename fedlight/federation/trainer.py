@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
@@ -22,7 +21,14 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
-from fedlight.federation.launch import check_scale_options, launch, make_fabric, needs_launch
+from fedlight.federation.launch import (
+    apply_threads,
+    check_scale_options,
+    check_threads,
+    launch,
+    make_fabric,
+    needs_launch,
+)
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
@@ -87,7 +93,9 @@ class FederatedTrainer:
         client_state_storage: where private states live between rounds: ``memory`` or
             ``disk`` (one sparse memory-mapped file).
         client_state_dir: folder of the disk store's file; default default_root_dir.
-        threads: torch intra-op threads (None leaves torch's default).
+        threads: torch intra-op threads per process: a count, ``auto`` (1 on CPU, torch's
+            default on accelerators; robust when other programs share the cores) or None
+            (torch's default).
 
     The server side is the client's own rule (configure_server), or the ``server`` given to
     fit (YAML: a top-level ``server:`` section) where the method allows it. Client-level DP
@@ -125,7 +133,7 @@ class FederatedTrainer:
         strategy: str = "auto",
         client_state_storage: str = "memory",
         client_state_dir: str | None = None,
-        threads: int | None = None,
+        threads: int | str | None = "auto",
         **moved: Any,
     ) -> None:
         check_moved(moved)
@@ -149,7 +157,7 @@ class FederatedTrainer:
         self.progress_bar, self.verbose = progress_bar, verbose
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
-        self.threads = threads
+        self.threads = check_threads(threads)
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.history: list[dict[str, Any]] = []
@@ -239,8 +247,7 @@ class FederatedTrainer:
                  server: ServerRule | None = None) -> None:
         if not isinstance(model, FederatedClient):
             raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        apply_threads(self.threads, self.fabric.device)
         datamodule.setup("fit")
         if model.num_classes != datamodule.num_classes:
             raise ValueError(f"model has {model.num_classes} classes but data source "
