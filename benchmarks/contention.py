@@ -38,10 +38,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+#: Busy loops that stop when the benchmark that started them is gone.
 COMPETITORS = {
-    "python": "while True: pass",
-    "torch": ("import torch\ntorch.set_num_threads(1)\nx = torch.randn(512, 512)\n"
-              "while True: x @ x"),
+    "python": "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass",
+    "torch": ("import os, torch\ntorch.set_num_threads(1)\nx = torch.randn(512, 512)\n"
+              "parent = os.getppid()\nwhile os.getppid() == parent: x @ x"),
 }
 
 

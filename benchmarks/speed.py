@@ -64,7 +64,8 @@ def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[flo
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
                                    accelerator="cpu", default_root_dir=root, progress_bar=False,
-                                   checkpoint_every=10**6, verbose=False)
+                                   checkpoint_every=10**6, verbose=False,
+                                   threads=torch.get_num_threads())
         # Evaluation and the checkpoint run after the last round, outside round_seconds.
         trainer.fit(make_client(name, data), data)
         return trainer.round_seconds
