@@ -75,11 +75,17 @@ def apply_threads(threads: int | str | None, device: torch.device) -> None:
 
 
 def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision: str,
-                strategy: str = "auto") -> Fabric:
+                strategy: str = "auto", workers_per_device: int = 1) -> Fabric:
     """The trainer's ``Fabric``: Fabric's own choice for one process, otherwise
-    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``)."""
+    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``).
+
+    ``workers_per_device`` > 1 starts that many processes on each device (each trains its own
+    clients, as with several devices); on GPUs their process group is gloo, because NCCL
+    refuses two ranks on one GPU."""
     options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
                                    precision=precision, loggers=[])
+    if workers_per_device > 1:
+        return _shared_device_fabric(options, strategy, workers_per_device)
     if strategy == "auto":
         if isinstance(devices, int) and devices * num_nodes == 1:
             return Fabric(**options)
@@ -88,6 +94,17 @@ def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision:
             if fabric.world_size == 1:
                 return fabric
     return Fabric(strategy=FederatedDDPStrategy(start_method=STRATEGIES[strategy]), **options)
+
+
+def _shared_device_fabric(options: dict[str, Any], strategy: str, workers: int) -> Fabric:
+    """A Fabric with ``workers`` processes on each of the devices ``options`` select."""
+    chosen = Fabric(**{**options, "num_nodes": 1})  # resolves the device list, starts nothing
+    devices = list(getattr(chosen.strategy, "parallel_devices", None) or [chosen.device])
+    shared = [device for device in devices for _ in range(workers)]
+    backend = "gloo" if shared[0].type != "cpu" else None
+    rule = FederatedDDPStrategy(parallel_devices=shared, start_method=STRATEGIES[strategy],
+                                process_group_backend=backend)
+    return Fabric(strategy=rule, **{k: v for k, v in options.items() if k != "devices"})
 
 
 def needs_launch(fabric: Fabric) -> bool:

@@ -88,6 +88,8 @@ class FederatedTrainer:
             depend on the number of processes.
         num_nodes: Fabric nodes (multi-node runs are started by torchrun or SLURM).
         precision: Fabric precision: 32-true, bf16-mixed, 16-mixed, ...
+        workers_per_device: processes per device (default 1); more lets several processes
+            share one GPU, each training its own clients (results as with one process).
         strategy: how several processes start: auto / ddp (re-runs the command per rank),
             ddp_spawn / ddp_fork (from Python).
         client_state_storage: where private states live between rounds: ``memory`` or
@@ -134,12 +136,14 @@ class FederatedTrainer:
         client_state_storage: str = "memory",
         client_state_dir: str | None = None,
         threads: int | str | None = "auto",
+        workers_per_device: int = 1,
         **moved: Any,
     ) -> None:
         check_moved(moved)
         check_options(join_ratio, weighting, rounds=rounds, local_epochs=local_epochs,
                       batch_size=batch_size, eval_every=eval_every,
-                      checkpoint_every=checkpoint_every, eval_batch_size=eval_batch_size)
+                      checkpoint_every=checkpoint_every, eval_batch_size=eval_batch_size,
+                      workers_per_device=workers_per_device)
         check_scale_options(strategy, drop_rate, client_state_storage)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
         self.weighting, self.seed, self.reinitialize = weighting, seed, reinitialize
@@ -158,7 +162,8 @@ class FederatedTrainer:
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
         self.threads = check_threads(threads)
-        self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
+        self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
+                                  workers_per_device)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.history: list[dict[str, Any]] = []
 
