@@ -1,6 +1,6 @@
 """Round time of the main job with and without one competing busy process.
 
-Workload: configs/gpfl/mnist5k_dirichlet.yaml's shape with FedAvg (mnist5k, 20 clients,
+Workload: configs/gpfl/mnist5k_dirichlet.yaml's shape with FedAvg or --method (mnist5k, 20 clients,
 Dirichlet(0.1), 75/25 split, batch 10, 1 local epoch, the 4-layer CNN, evaluation every round).
 Each configuration runs in a fresh process (torch's thread settings are per process): the
 trainer's default threads (auto: 1 per CPU process) and threads=2 (torch's default on a
@@ -70,7 +70,7 @@ def parse_threads(text: str) -> int | str | None:
     return None if text == "None" else text if text == "auto" else int(text)
 
 
-def worker(threads: str, rounds: int) -> None:
+def worker(threads: str, rounds: int, method: str) -> None:
     """One run of the workload in this process, printing each round's wall and CPU seconds."""
     import warnings
 
@@ -83,8 +83,8 @@ def worker(threads: str, rounds: int) -> None:
                                train_fraction=0.75, merge_test=True)
     data.setup()
     torch.manual_seed(0)
-    client = CLIENTS["FedAvg"](backbone="cnn", num_classes=data.num_classes,
-                               input_shape=data.input_shape, lr=0.005)
+    client = CLIENTS[method](backbone="cnn", num_classes=data.num_classes,
+                             input_shape=data.input_shape, lr=0.005)
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(rounds=rounds, batch_size=10, eval_every=1, accelerator="cpu",
                                    default_root_dir=root, progress_bar=False, verbose=False,
@@ -93,12 +93,13 @@ def worker(threads: str, rounds: int) -> None:
         trainer.fit(client, data)
 
 
-def run_config(threads: str, rounds: int, timeout: float) -> dict[str, Any]:
+def run_config(threads: str, rounds: int, timeout: float, method: str) -> dict[str, Any]:
     """Run :func:`worker` in a fresh process: the wall and CPU seconds of the rounds it
     finished within ``timeout``, its whole wall and CPU time, and whether it was stopped."""
     before = os.times()
     started = time.perf_counter()
-    command = [sys.executable, __file__, "--worker", "--threads", threads, "--rounds", str(rounds)]
+    command = [sys.executable, __file__, "--worker", "--threads", threads, "--rounds", str(rounds),
+               "--method", method]
     try:
         output = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                                 cwd=ROOT, check=True).stdout
@@ -132,23 +133,25 @@ def main() -> None:
     parser.add_argument("--competitor", choices=sorted(COMPETITORS), default="python")
     parser.add_argument("--timeout", type=float, default=90.0,
                         help="seconds after which one run is stopped")
+    parser.add_argument("--method", default="FedAvg", help="client class (GPFL: its own losses)")
+    parser.add_argument("--loads", nargs="+", choices=["quiet", "busy"], default=["quiet", "busy"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.threads[0], args.rounds)
+        worker(args.threads[0], args.rounds, args.method)
         return
-    print(f"FedAvg, mnist5k 20 clients Dirichlet(0.1), batch 10, eval every round; "
+    print(f"{args.method}, mnist5k 20 clients Dirichlet(0.1), batch 10, eval every round; "
           f"{args.rounds} rounds (first dropped); competitor: {args.competitor} busy loop; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'threads':>8} {'load':>6} {'s/round':>9} {'CPU s/round':>12} {'vs quiet':>9} "
           f"{'vs quiet default':>17} {'rounds':>7} {'wall s':>7} {'CPU s':>7}")
     quiet: dict[str, float] = {}
-    for load in ("quiet", "busy"):
+    for load in args.loads:
         competitor = (subprocess.Popen([sys.executable, "-c", COMPETITORS[args.competitor]])
                       if load == "busy" else None)
         try:
             for threads in args.threads:
-                result = run_config(threads, args.rounds, args.timeout)
+                result = run_config(threads, args.rounds, args.timeout, args.method)
                 wall, cpu, shown = per_round(result)
                 quiet.setdefault(threads, wall)
                 print(f"{threads:>8} {load:>6} {shown:>9} {cpu:12.2f} {wall / quiet[threads]:9.2f}"
