@@ -62,10 +62,10 @@ def apply_threads(threads: int | str | None, device: torch.device) -> None:
     A count is used as given; None leaves torch's default (all cores for one process, cores
     divided among the processes of a multi-process run); ``auto`` is one thread per process
     on CPU and torch's default elsewhere. One thread because fedlight's models are small and
-    trained at batch 10: a second thread gains little on an idle machine, and with another
-    program busy on a core, the OpenMP threads of each operation wait for each other (a round
-    of the MNIST-5k GPFL workload went from ~3 s to 48-270 s with 2 threads, ~9 s with 1; see
-    benchmarks/contention.py). To use all cores, run one process per core (devices: N,
+    trained at batch 10: a second thread gains 1.2-1.4x on an idle 2-core machine, but with
+    another program busy on a core the OpenMP threads of each operation wait for each other (a
+    round of the MNIST-5k GPFL workload went from ~3 s to 48-270 s with 2 threads, ~9 s with
+    1; see benchmarks/contention.py). To use all cores, run one process per core (devices: N,
     strategy: ddp_fork) rather than N threads.
     """
     if threads == "auto":
