@@ -11,11 +11,16 @@ Workload (GPFL's default): mnist5k, 20 clients, Dirichlet(0.1), join ratio 1, ba
 Printed: median seconds per round after warm-up, samples per second, the fedlight / raw
 ratio, the analytic floor (training FLOPs of a round / the machine's measured FLOP/s for the
 same model at a large batch) and the per-client overhead ((round time - compute time) /
-clients, compute time = the same steps in a tight loop with no client switching). Threads are
-pinned; nothing is logged or evaluated inside the timed region.
+clients, compute time = the same steps in a tight loop with no client switching). Each
+method's overhead is split into its own extra compute (its training_step and optimizer in the
+same tight loop, minus FedAvg's) and the framework's share (fedlight's round minus the
+method's tight loop). Threads are pinned; nothing is logged or evaluated inside the timed
+region. ``--clock cpu`` times with this process's CPU time instead of wall time: steadier
+when other jobs share the cores (run it with ``--threads 1``).
 
     python benchmarks/speed.py                 # ~3 minutes on 2 cores
     python benchmarks/speed.py --methods FedAvg GPFL MAP --rounds 6
+    python benchmarks/speed.py --methods FedAvg GPFL --threads 1 --clock cpu
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +49,7 @@ from fedlight.clients import CLIENTS  # noqa: E402
 from fedlight.data import FederatedDataModule, iterate_batches  # noqa: E402
 from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
 from fedlight.federation.aggregate import WeightedSum  # noqa: E402
+from fedlight.federation.local import parse_optimizers  # noqa: E402
 
 BATCH = 10
 LR = 0.005
@@ -60,14 +67,36 @@ def make_client(name: str, data: FederatedDataModule):
                          input_shape=data.input_shape, lr=LR)
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter  # set from --clock
+
+
+class ClockedTrainer(FederatedTrainer):
+    """The trainer, timing each round's training and aggregation with :data:`clock`."""
+
+    def _prepare(self, *args: Any, **kwargs: Any) -> None:
+        super()._prepare(*args, **kwargs)
+        self.clocked_seconds: list[float] = []
+        run = self.round.run
+
+        def timed(*run_args: Any, **run_kwargs: Any) -> Any:
+            started = clock()
+            result = run(*run_args, **run_kwargs)
+            self.clocked_seconds.append(clock() - started)
+            return result
+
+        self.round.run = timed
+
+
 def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[float]:
     with tempfile.TemporaryDirectory() as root:
-        trainer = FederatedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
-                                   accelerator="cpu", default_root_dir=root, progress_bar=False,
-                                   checkpoint_every=10**6, verbose=False)
-        # Evaluation and the checkpoint run after the last round, outside round_seconds.
+        trainer = ClockedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
+                                 accelerator="cpu", default_root_dir=root, progress_bar=False,
+                                 checkpoint_every=10**6, verbose=False,
+                                 threads=torch.get_num_threads())
+        # Evaluation and the checkpoint run after the last round, outside the timed rounds.
         trainer.fit(make_client(name, data), data)
-        return trainer.round_seconds
+        return trainer.clocked_seconds
 
 
 def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
@@ -76,7 +105,7 @@ def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
     clients = [data.client_train(i) for i in range(data.num_clients)]
     times = []
     for round_idx in range(rounds):
-        started = time.perf_counter()
+        started = clock()
         sums = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in global_state.items()}
         for client_id, (x, y) in enumerate(clients):
             model.load_state_dict(global_state)
@@ -92,7 +121,7 @@ def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
                 sums[key].add_(value, alpha=len(y))
         total = sum(len(y) for _, y in clients)
         global_state = {k: (v / total).to(global_state[k].dtype) for k, v in sums.items()}
-        times.append(time.perf_counter() - started)
+        times.append(clock() - started)
     return times
 
 
@@ -104,7 +133,7 @@ def time_lightning_trainer(data: FederatedDataModule, rounds: int) -> list[float
     views = [data.client(i) for i in range(data.num_clients)]
     times = []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started = clock()
         total = WeightedSum()
         for view in views:
             client.load_state_dict(global_state)
@@ -117,22 +146,30 @@ def time_lightning_trainer(data: FederatedDataModule, rounds: int) -> list[float
                 trainer.fit(client, train_dataloaders=view.train_dataloader())
             total.add(client.state_dict(), len(view.train_set))
         global_state = total.mean()
-        times.append(time.perf_counter() - started)
+        times.append(clock() - started)
     return times
 
 
-def compute_time(data: FederatedDataModule) -> tuple[float, int]:
-    """Seconds of one round's steps in a tight loop (no client switching) and its samples."""
-    model = make_client("FedAvg", data).model
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+def compute_time(data: FederatedDataModule, name: str = "FedAvg") -> tuple[float, int]:
+    """Seconds of one round's steps of method ``name`` in a tight loop (its training_step and
+    optimizer on the live module, no client switching; the first local phase only) and the
+    round's samples: the method's own compute."""
+    client = make_client(name, data)
+    client.capture_logs(True)
+    client.phase = client.local_phases(1)[0].name
+    optimizer, _ = parse_optimizers(client.configure_optimizers())
     batches = [b for i in range(data.num_clients)
                for b in iterate_batches(*data.client_train(i), BATCH, torch.Generator())]
-    started = time.perf_counter()
-    for xb, yb in batches:
-        F.cross_entropy(model(xb), yb).backward()
-        optimizer.step()
+    started = clock()
+    for index, batch in enumerate(batches):
+        output = client.training_step(batch, index)
+        loss = output["loss"] if isinstance(output, dict) else output
         optimizer.zero_grad(set_to_none=True)
-    return time.perf_counter() - started, sum(len(b[1]) for b in batches)
+        loss.backward()
+        optimizer.step()
+    seconds = clock() - started
+    client.capture_logs(False)
+    return seconds, sum(len(b[1]) for b in batches)
 
 
 def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, float]:
@@ -146,13 +183,13 @@ def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, floa
     flops_per_sample = counter.get_total_flops() / 256
     for _ in range(2):  # warm-up
         F.cross_entropy(model(x), y).backward()
-    started = time.perf_counter()
+    started = clock()
     steps = 8
     for _ in range(steps):
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    throughput = flops_per_sample * 256 * steps / (time.perf_counter() - started)
+    throughput = flops_per_sample * 256 * steps / (clock() - started)
     return flops_per_sample * samples / throughput, throughput
 
 
@@ -169,8 +206,13 @@ def main() -> None:
                         help="alternate raw and fedlight this many times; keep the fastest")
     parser.add_argument("--lightning-rounds", type=int, default=2,
                         help="rounds of the Trainer-per-client way (0 skips it)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a shared "
+                             "machine with --threads 1)")
     parser.add_argument("--methods", nargs="+", default=["FedAvg", "GPFL", "MAP"])
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
 
@@ -180,18 +222,20 @@ def main() -> None:
     compute, samples = compute_time(data)  # warm-up; measured again in the loop below
     floor, throughput = analytic_floor(data, samples)
     clients = data.num_clients
-    print(f"torch {torch.__version__}, {args.threads} threads; {clients} clients, "
-          f"{samples} training samples per round, batch {BATCH}")
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; "
+          f"{clients} clients, {samples} training samples per round, batch {BATCH}")
     print(f"analytic floor        {floor:8.3f} s/round  ({throughput / 1e9:.1f} GFLOP/s at "
           "batch 256)")
     # Tight loop, raw loop and fedlight alternate so that load from other processes hits all
     # alike; the fastest repeat of each is kept.
     compute, raw = math.inf, math.inf
     fedlight = {name: math.inf for name in args.methods if name in CLIENTS}
+    own = dict.fromkeys(fedlight, math.inf)  # each method's tight-loop compute
     for _ in range(args.repeats):
         compute = min(compute, compute_time(data)[0])
         raw = min(raw, median_after_warmup(time_raw_loop(data, args.rounds), args.warmup))
         for name in fedlight:
+            own[name] = min(own[name], compute_time(data, name)[0])
             seconds = median_after_warmup(time_fedlight(name, data, args.rounds), args.warmup)
             fedlight[name] = min(fedlight[name], seconds)
     print(f"tight loop (compute)  {compute:8.3f} s/round")
@@ -203,7 +247,10 @@ def main() -> None:
             continue
         seconds = fedlight[name]
         line = (f"fedlight {name:12s} {seconds:8.3f} s/round  {samples / seconds:8.0f} "
-                f"samples/s  overhead {(seconds - compute) / clients * 1e3:6.2f} ms/client")
+                f"samples/s  overhead {(seconds - compute) / clients * 1e3:6.2f} ms/client  "
+                f"(own compute {own[name]:.3f} s/round: method extra "
+                f"{(own[name] - compute) / clients * 1e3:6.2f}, framework "
+                f"{(seconds - own[name]) / clients * 1e3:6.2f} ms/client)")
         if name == "FedAvg":
             line += f"  ratio fedlight/raw = {seconds / raw:.3f}"
         print(line)

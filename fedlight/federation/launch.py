@@ -42,12 +42,50 @@ def check_scale_options(strategy: str, drop_rate: float, client_state_storage: s
                          f"{', '.join(STORAGES)}")
 
 
+#: ``trainer.threads`` values that are not a thread count.
+THREAD_RULES = ("auto", None)
+
+
+def check_threads(threads: int | str | None) -> int | str | None:
+    """Return ``threads`` when it is ``auto``, None or a count of at least 1; otherwise raise
+    ``ValueError`` naming it and the valid values."""
+    valid = threads in THREAD_RULES or (isinstance(threads, int) and not isinstance(threads, bool)
+                                        and threads >= 1)
+    if not valid:
+        raise ValueError(f"threads must be 'auto', None or an integer >= 1, got {threads!r}")
+    return threads
+
+
+def apply_threads(threads: int | str | None, device: torch.device) -> None:
+    """Set this process's torch intra-op threads from ``trainer.threads``.
+
+    A count is used as given; None leaves torch's default (all cores for one process, cores
+    divided among the processes of a multi-process run); ``auto`` is one thread per process
+    on CPU and torch's default elsewhere. One thread because fedlight's models are small and
+    trained at batch 10: a second thread gains 1.2-1.4x on an idle 2-core machine, but with
+    another program busy on a core the OpenMP threads of each operation wait for each other (a
+    round of the MNIST-5k GPFL workload went from ~3 s to 48-270 s with 2 threads, ~9 s with
+    1; see benchmarks/contention.py). To use all cores, run one process per core (devices: N,
+    strategy: ddp_fork) rather than N threads.
+    """
+    if threads == "auto":
+        threads = 1 if device.type == "cpu" else None
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+
+
 def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision: str,
-                strategy: str = "auto") -> Fabric:
+                strategy: str = "auto", workers_per_device: int = 1) -> Fabric:
     """The trainer's ``Fabric``: Fabric's own choice for one process, otherwise
-    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``)."""
+    :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``).
+
+    ``workers_per_device`` > 1 starts that many processes on each device (each trains its own
+    clients, as with several devices); on GPUs their process group is gloo, because NCCL
+    refuses two ranks on one GPU."""
     options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
                                    precision=precision, loggers=[])
+    if workers_per_device > 1:
+        return _shared_device_fabric(options, strategy, workers_per_device)
     if strategy == "auto":
         if isinstance(devices, int) and devices * num_nodes == 1:
             return Fabric(**options)
@@ -56,6 +94,17 @@ def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision:
             if fabric.world_size == 1:
                 return fabric
     return Fabric(strategy=FederatedDDPStrategy(start_method=STRATEGIES[strategy]), **options)
+
+
+def _shared_device_fabric(options: dict[str, Any], strategy: str, workers: int) -> Fabric:
+    """A Fabric with ``workers`` processes on each of the devices ``options`` select."""
+    chosen = Fabric(**{**options, "num_nodes": 1})  # resolves the device list, starts nothing
+    devices = list(getattr(chosen.strategy, "parallel_devices", None) or [chosen.device])
+    shared = [device for device in devices for _ in range(workers)]
+    backend = "gloo" if shared[0].type != "cpu" else None
+    rule = FederatedDDPStrategy(parallel_devices=shared, start_method=STRATEGIES[strategy],
+                                process_group_backend=backend)
+    return Fabric(strategy=rule, **{k: v for k, v in options.items() if k != "devices"})
 
 
 def needs_launch(fabric: Fabric) -> bool:
@@ -105,5 +154,5 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
     return None
 
 
-__all__ = ["STRATEGIES", "FederatedDDPStrategy", "check_scale_options", "launch", "make_fabric",
-           "needs_launch"]
+__all__ = ["STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
+           "check_scale_options", "check_threads", "launch", "make_fabric", "needs_launch"]

@@ -10,6 +10,7 @@ import torch
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.aggregate import WEIGHTINGS
+from fedlight.federation.launch import apply_threads
 
 #: Trainer options of fedlight 0.1 that moved, and where they live now.
 MOVED_OPTIONS = {
@@ -44,14 +45,14 @@ def check_options(join_ratio: float, weighting: str, **counts: int) -> None:
 
 
 def prepare_run(model: FederatedClient, datamodule: FederatedDataModule, seed: int,
-                reinit: bool = True, threads: int | None = None) -> None:
+                reinit: bool = True, threads: int | str | None = None,
+                device: torch.device | None = None) -> None:
     """What every engine (the simulator, the Flower apps) does before round 1: set torch's
-    threads, set up the data, check the class count and the shared / private patterns, and
-    re-initialize the model from seed (reinit)."""
+    threads (trainer.threads, see launch.apply_threads), set up the data, check the class
+    count and the shared / private patterns, and re-initialize the model from seed (reinit)."""
     if not isinstance(model, FederatedClient):
         raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
-    if threads:
-        torch.set_num_threads(threads)
+    apply_threads(threads, device or torch.device("cpu"))
     datamodule.setup("fit")
     if model.num_classes != datamodule.num_classes:
         raise ValueError(f"model has {model.num_classes} classes but data source "

@@ -21,7 +21,13 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
-from fedlight.federation.launch import check_scale_options, launch, make_fabric, needs_launch
+from fedlight.federation.launch import (
+    check_scale_options,
+    check_threads,
+    launch,
+    make_fabric,
+    needs_launch,
+)
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
@@ -81,12 +87,16 @@ class FederatedTrainer:
             depend on the number of processes.
         num_nodes: Fabric nodes (multi-node runs are started by torchrun or SLURM).
         precision: Fabric precision: 32-true, bf16-mixed, 16-mixed, ...
+        workers_per_device: processes per device (default 1); more lets several processes
+            share one GPU, each training its own clients (results as with one process).
         strategy: how several processes start: auto / ddp (re-runs the command per rank),
             ddp_spawn / ddp_fork (from Python).
         client_state_storage: where private states live between rounds: ``memory`` or
             ``disk`` (one sparse memory-mapped file).
         client_state_dir: folder of the disk store's file; default default_root_dir.
-        threads: torch intra-op threads (None leaves torch's default).
+        threads: torch intra-op threads per process: a count, ``auto`` (1 on CPU, torch's
+            default on accelerators; robust when other programs share the cores) or None
+            (torch's default).
 
     The server side is the client's own rule (configure_server), or the ``server`` given to
     fit (YAML: a top-level ``server:`` section) where the method allows it. Client-level DP
@@ -124,13 +134,15 @@ class FederatedTrainer:
         strategy: str = "auto",
         client_state_storage: str = "memory",
         client_state_dir: str | None = None,
-        threads: int | None = None,
+        threads: int | str | None = "auto",
+        workers_per_device: int = 1,
         **moved: Any,
     ) -> None:
         check_moved(moved)
         check_options(join_ratio, weighting, rounds=rounds, local_epochs=local_epochs,
                       batch_size=batch_size, eval_every=eval_every,
-                      checkpoint_every=checkpoint_every, eval_batch_size=eval_batch_size)
+                      checkpoint_every=checkpoint_every, eval_batch_size=eval_batch_size,
+                      workers_per_device=workers_per_device)
         check_scale_options(strategy, drop_rate, client_state_storage)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
         self.weighting, self.seed, self.reinitialize = weighting, seed, reinitialize
@@ -148,8 +160,9 @@ class FederatedTrainer:
         self.progress_bar, self.verbose = progress_bar, verbose
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
-        self.threads = threads
-        self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
+        self.threads = check_threads(threads)
+        self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
+                                  workers_per_device)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.history: list[dict[str, Any]] = []
 
@@ -236,7 +249,8 @@ class FederatedTrainer:
     # ================================================================= set-up
     def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
                  server: ServerRule | None = None) -> None:
-        prepare_run(model, datamodule, self.seed, self.reinitialize, self.threads)
+        prepare_run(model, datamodule, self.seed, self.reinitialize, self.threads,
+                    self.fabric.device)
         method = type(model).__name__
         self.server = resolve_rule(model.configure_server(), server, method)
         self.client, self.datamodule = model, datamodule

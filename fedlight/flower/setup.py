@@ -114,7 +114,8 @@ def _check_supported(trainer: FederatedTrainer) -> None:
 def _prepare(run: FlowerRun) -> None:
     """What FederatedTrainer.fit does to the model and data before round 1."""
     model, trainer = run.model, run.trainer
-    prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads)
+    prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads,
+                trainer.fabric.device)
     trainer.fabric.setup_module(model)
     model.capture_logs(True)
     state = model.state_dict()

@@ -1,0 +1,46 @@
+"""trainer.threads: the robust default (one thread per CPU process), explicit counts, None."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_client, tiny_data, tiny_trainer
+
+from fedlight.clients import CLIENTS
+from fedlight.federation.launch import apply_threads, check_threads
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_default_is_auto_and_runs_one_thread_on_cpu(tmp_path):
+    torch.set_num_threads(2)
+    trainer = tiny_trainer(tmp_path, rounds=1, checkpoint_every=1, verbose=False)
+    assert trainer.threads == "auto"
+    trainer.fit(make_client(CLIENTS["FedAvg"]), tiny_data())
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize(("threads", "expected"), [(2, 2), (1, 1), (None, 2), ("auto", 1)])
+def test_apply_threads_on_cpu(threads, expected):
+    torch.set_num_threads(2)
+    apply_threads(threads, torch.device("cpu"))
+    assert torch.get_num_threads() == expected
+
+
+def test_auto_leaves_torch_default_on_an_accelerator():
+    torch.set_num_threads(2)
+    apply_threads("auto", torch.device("cuda", 0))  # a device object only: no GPU needed
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, "many", "2", True, 1.5])
+def test_bad_threads_raise_naming_the_value(tmp_path, bad):
+    with pytest.raises(ValueError, match="threads must be 'auto', None or an integer"):
+        tiny_trainer(tmp_path, threads=bad)
+    with pytest.raises(ValueError, match=repr(bad).replace("(", r"\(")):
+        check_threads(bad)
