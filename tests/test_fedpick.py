@@ -13,6 +13,7 @@ from fedlight.clients.fedbn import BATCH_NORMS
 from fedlight.clients.fedpick import (
     feature_sparsity_ratio,
     fisher_scores,
+    gumbel_noise,
     negative_entropy,
     symmetric_kl,
 )
@@ -289,3 +290,64 @@ def test_keep_ratio_is_the_share_of_nonnegative_mask_logits():
         expected = (client.outputs(x).mask_logits >= 0).float().mean().item()
     assert ratio == pytest.approx(expected)
     assert make(pfsm=False).keep_ratio(x) == 1.0
+
+
+# ------------------------------------------------------------------------- mutation killers
+def test_relevant_features_are_the_kept_ones_and_feed_the_personalized_head():
+    client = make()
+    client.eval()
+    out = client.outputs(batch()[0])
+    keep = (out.mask_logits >= 0).float()
+    assert 0 < keep.mean() < 1
+    assert torch.equal(out.z_p, out.z_g * keep) and torch.equal(out.z_u, out.z_g * (1 - keep))
+    assert torch.equal(out.logits_p, client.pfsm.relevant_head(out.z_p))
+    assert torch.equal(out.logits_u, client.pfsm.irrelevant_head(out.z_u))
+
+
+def test_soft_mask_divides_the_logits_by_the_temperature():
+    client = make(tau=4.0)
+    client.eval()
+    out = client.outputs(batch()[0])
+    torch.testing.assert_close(out.soft_mask, torch.sigmoid(out.mask_logits / 4.0))
+
+
+def test_gumbel_noise_has_the_standard_gumbel_moments():
+    torch.manual_seed(0)
+    noise = gumbel_noise(torch.empty(200_000))
+    assert noise.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni
+    assert noise.var().item() == pytest.approx(math.pi ** 2 / 6, rel=0.03)
+
+
+def test_training_noise_is_a_difference_of_two_gumbels():
+    # G' - G'' is standard logistic: mean 0, variance pi^2 / 3; recovered from the soft mask.
+    client = make(tau=1.0, hard_mask=False)
+    client.train()
+    z = torch.rand(4096, client.model.feature_dim) * 0.1
+    torch.manual_seed(2)
+    logits, soft, _ = client.select(z)
+    noise = torch.logit(soft.double()) - logits.double()
+    assert noise.mean().item() == pytest.approx(0.0, abs=0.02)
+    assert noise.var().item() == pytest.approx(math.pi ** 2 / 3, rel=0.03)
+
+
+def test_distillation_trains_both_heads():
+    a = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    b = torch.randn(4, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    symmetric_kl(a, b).backward()
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    log_a, log_b = a2.log_softmax(-1), b2.log_softmax(-1)
+    reference = (F.kl_div(log_b, log_a, log_target=True, reduction="batchmean")
+                 + F.kl_div(log_a, log_b, log_target=True, reduction="batchmean"))
+    reference.backward()
+    torch.testing.assert_close(a.grad, a2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
+    assert b.grad.abs().sum() > 0
+
+    def head_grad(lambda_dis):
+        client = make(lambda_lce=0, lambda_ent=0, lambda_dis=lambda_dis)
+        client.train()
+        torch.manual_seed(5)
+        client.training_step(batch(), 0).backward()
+        return client.model.head.weight.grad.clone()
+
+    assert not torch.allclose(head_grad(0.0), head_grad(10.0))  # L_dis reaches h_g

@@ -272,3 +272,14 @@ def test_bad_constructor_values_are_named():
         make_gpfl(lamda=-1)
     with pytest.raises(ValueError, match="mu.*>= 0, got -0.5"):
         make_gpfl(mu=-0.5)
+
+
+def test_cov_scales_by_gamma_plus_one_and_shifts_by_beta():
+    client = make_gpfl()
+    dim = client.model.feature_dim
+    for sub, value in ((client.cov.gamma, 2.0), (client.cov.beta, -0.5)):
+        torch.nn.init.zeros_(sub[2].weight)  # the LayerNorm outputs its bias: a constant
+        torch.nn.init.constant_(sub[2].bias, value)
+    features = torch.randn(5, dim, generator=torch.Generator().manual_seed(2))
+    out = client.cov(features, torch.randn(1, dim))
+    torch.testing.assert_close(out[0], F.relu(3.0 * features - 0.5))

@@ -285,3 +285,43 @@ def test_mmd_bandwidth_follows_the_pooled_batch():
     x = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
     y = torch.randn(10, 4, generator=torch.Generator().manual_seed(3))
     assert math.isclose(mmd_loss(x, y).item(), mmd_loss(10 * x, 10 * y).item(), rel_tol=1e-4)
+
+
+# ----------------------------------------------------------------- mutation killers
+def test_kd_direction_is_teacher_to_student_for_an_asymmetric_pair():
+    student = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
+    teacher = 3 * torch.randn(6, 5, generator=torch.Generator().manual_seed(5))
+    p_t, p_s = F.softmax(teacher / 4, -1), F.softmax(student / 4, -1)
+    forward = 16 * (p_t * (p_t.log() - p_s.log())).sum(-1).mean()  # KL(teacher || student)
+    reverse = 16 * (p_s * (p_s.log() - p_t.log())).sum(-1).mean()
+    assert abs(forward - reverse) > 1e-2  # the pair tells the two directions apart
+    assert kd_loss(student, teacher).item() == pytest.approx(forward.item(), rel=1e-5)
+
+
+def test_mmd_sums_five_gaussian_kernels_by_hand():
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(6))
+    y = torch.randn(4, 3, generator=torch.Generator().manual_seed(7)) + 0.5
+    pooled = torch.cat([x, y])
+    squared = ((pooled[:, None] - pooled[None]) ** 2).sum(-1)
+    b = squared.sum() / (9 * 9 - 9)
+
+    def kernel(u, v):
+        return sum(math.exp(-float(((u - v) ** 2).sum()) / (b * s))
+                   for s in (0.25, 0.5, 1.0, 2.0, 4.0))
+
+    def mean_kernel(a, c):
+        return sum(kernel(u, v) for u in a for v in c) / (len(a) * len(c))
+
+    expected = mean_kernel(x, x) + mean_kernel(y, y) - 2 * mean_kernel(x, y)
+    assert mmd_loss(x, y).item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_personalized_score_is_the_trained_model_not_the_hpm():
+    client = make_client()
+    with torch.no_grad():
+        client.hpm.head.bias.add_(5.0 * torch.arange(4.0))  # an HPM that predicts otherwise
+    x, _ = batch()
+    outputs = client.eval_outputs(x)
+    assert torch.equal(outputs["personalized"], client.model(x))
+    assert torch.equal(outputs["hpm"], client.hpm(x))
+    assert not torch.allclose(outputs["personalized"], outputs["hpm"])

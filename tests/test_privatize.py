@@ -334,3 +334,51 @@ def test_auto_run_logs_the_coefficient_curves(tmp_path):
     assert float(rows[-1]["train/coef/b0"]) + float(rows[-1]["train/coef/b1"]) == \
         pytest.approx(1.0)
     assert rows[-1]["global_accuracy"] != ""
+
+
+# ===================================================================== mutation killers
+def test_interpolation_off_diagonal_corners_mix_encoder_and_classifier(aabb_run):
+    # alpha weights the encoders, beta the classifiers: (1, 0) is E_s with C_p, (0, 1) E_p
+    # with C_s, so a transposed grid swaps these two cells.
+    _, data, run_dir = aabb_run
+    rows = interpolation_grid(make(way="AaBb"), data, run_dir / "checkpoints/last.ckpt",
+                              step=1.0)
+    table = {(r["alpha"], r["beta"]): r["accuracy"] for r in rows}
+    model = make(way="AaBb").eval()
+    checkpoint = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
+    correct, total = [0, 0], 0
+    for client_id in range(data.num_clients):
+        model.load_state_dict({**checkpoint["server"]["global_state"],
+                               **checkpoint["client_states"][client_id]})
+        x, y = data.client_test(client_id)
+        with torch.no_grad():
+            correct[0] += int((model.private["b"](model.model.encoder(x)).argmax(-1) == y).sum())
+            correct[1] += int((model.model.head(model.private["a"](x)).argmax(-1) == y).sum())
+        total += len(y)
+    assert correct[0] != correct[1]
+    assert table[(1.0, 0.0)] == correct[0] / total and table[(0.0, 1.0)] == correct[1] / total
+
+
+def test_autosa_mixes_the_features_of_both_sides_by_hand():
+    client = make(AutoSA).eval()
+    client.alpha.data = torch.tensor([[3.0, -1.0]])
+    client.beta.data = torch.tensor([-2.0, 1.0])
+    a = torch.softmax(torch.tensor([1.5, -0.5]), 0)  # temperature 2
+    b = torch.softmax(torch.tensor([-1.0, 0.5]), 0)
+    hs, hp = client.model.encoder(X), client.private["a"](X)
+    mixed = a[0] * hs + a[1] * hp  # the same mixture feeds both classifiers
+    expected = b[0] * client.model.head(mixed) + b[1] * client.private["b"](mixed)
+    torch.testing.assert_close(client(X), expected)
+
+
+def test_autohs_divides_the_noisy_coefficients_by_the_temperature():
+    client = make(AutoHS, temperature=3.0)
+    client.alpha.data = torch.tensor([[1.0, -2.0]])
+    client.beta.data = torch.tensor([0.5, 0.0])
+    torch.manual_seed(11)
+    a, b = client.coefficients(sample=True)
+    torch.manual_seed(11)
+    uniform = [torch.rand(1, 2).clamp_(1e-10, 1 - 1e-7), torch.rand(2).clamp_(1e-10, 1 - 1e-7)]
+    g = [-torch.log(-torch.log(u)) for u in uniform]
+    torch.testing.assert_close(a, F.softmax((client.alpha.detach() + g[0]) / 3.0, -1))
+    torch.testing.assert_close(b, F.softmax((client.beta.detach() + g[1]) / 3.0, -1))
