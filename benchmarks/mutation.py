@@ -84,7 +84,7 @@ def mutmut_section(files: list[str], tests: list[str]) -> str:
         'source_paths = ["fedlight"]\n'
         f"only_mutate = {toml_list(files)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-        'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider"]\n'
+        'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider"]\n'
         "mutate_only_covered_lines = true\n"
         'process_isolation = "forkserver"\n'  # torch is not fork-safe once initialized
         "use_git_change_detection = false\n"
