@@ -142,8 +142,11 @@ def test_training_loss_is_the_weighted_sum_of_the_four_terms():
                 + 3.0 * symmetric_kl(out.logits_p, out.logits_g))
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert set(logs) == {"loss_gce", "loss_lce", "loss_ent", "loss_dis", "keep_ratio",
-                         "train_loss"}
+                         "keep_ratio_clean", "mask_logit_abs", "train_loss"}
     assert logs["keep_ratio"] == pytest.approx(out.mask.mean().item())
+    clean = (out.mask_logits >= 0).float().mean().item()
+    assert logs["keep_ratio_clean"] == pytest.approx(clean)
+    assert logs["mask_logit_abs"] == pytest.approx(out.mask_logits.abs().mean().item())
 
 
 def test_prediction_is_the_sum_of_global_and_personalized_logits():
@@ -205,7 +208,8 @@ def test_zero_weights_drop_their_terms():
     x, y = batch()
     torch.manual_seed(0)
     loss = client.training_step((x, y), 0)
-    assert set(client.pop_federated_logs()) == {"loss_gce", "keep_ratio", "train_loss"}
+    assert set(client.pop_federated_logs()) == {"loss_gce", "keep_ratio", "keep_ratio_clean",
+                                                "mask_logit_abs", "train_loss"}
     assert loss.item() == pytest.approx(F.cross_entropy(client.model(x), y).item(), rel=1e-5)
 
 
@@ -234,6 +238,12 @@ def test_bad_arguments_are_named():
         make(lambda_dis=-1)
     with pytest.raises(ValueError, match="solo_head 'both'; valid: global, personalized"):
         make(solo_head="both")
+    with pytest.raises(ValueError, match="mask_lr_scale must be > 0, got 0"):
+        make(mask_lr_scale=0)
+    with pytest.raises(ValueError, match=r"keep_budget must be in \[0, 1\].*got 1.5"):
+        make(keep_budget=1.5)
+    with pytest.raises(ValueError, match="lambda_budget=1.0 needs keep_budget"):
+        make(lambda_budget=1.0)
 
 
 # ------------------------------------------------------------------------- training
@@ -351,3 +361,41 @@ def test_distillation_trains_both_heads():
         return client.model.head.weight.grad.clone()
 
     assert not torch.allclose(head_grad(0.0), head_grad(10.0))  # L_dis reaches h_g
+
+
+# ------------------------------------------------------------------------- selection knobs
+def test_mask_network_gets_its_own_learning_rate():
+    client = make(lr=0.01, mask_lr_scale=50.0)
+    groups = client.configure_optimizers().param_groups
+    mask = {id(p) for p in client.pfsm.mask_net.parameters()}
+    assert [g["lr"] for g in groups] == [0.01, pytest.approx(0.5)]
+    assert {id(p) for p in groups[1]["params"]} == mask
+    assert len(groups[0]["params"]) + len(mask) == len(list(client.parameters()))
+    assert len(make().configure_optimizers().param_groups) == 1
+
+
+def test_initial_mask_bias_shifts_every_logit():
+    x, _ = batch()
+    plain, biased = make(), make(mask_init_bias=5.0)
+    assert torch.equal(biased.pfsm.mask_net[2].bias, torch.full_like(biased.pfsm.mask_net[2].bias,
+                                                                     5.0))
+    plain.eval()
+    biased.eval()
+    assert biased.keep_ratio(x) > plain.keep_ratio(x)
+
+
+def test_keep_budget_term_pulls_the_soft_mask_mean_to_the_target():
+    options = dict(lambda_lce=1.0, lambda_ent=0.0, lambda_dis=1.0)
+    without, budget = make(**options), make(**options, keep_budget=0.2, lambda_budget=3.0)
+    x, y = batch()
+    losses = []
+    for client in (without, budget):
+        client.capture_logs(True)
+        client.train()
+        torch.manual_seed(4)
+        losses.append(client.training_step((x, y), 0))
+    torch.manual_seed(4)
+    soft = budget.outputs(x).soft_mask
+    assert "loss_budget" in budget.pop_federated_logs()
+    expected = 3.0 * (soft.mean() - 0.2) ** 2
+    assert (losses[1] - losses[0]).item() == pytest.approx(expected.item(), rel=1e-4)
