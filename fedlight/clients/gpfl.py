@@ -57,8 +57,8 @@ class GPFL(FederatedClient):
     ``p_k = sum_u alpha_k[u] C_hat[u] / U`` (personalized conditional input, Eq. 7) with
     ``alpha_k`` the class shares of the client's training split. The authors' code does not
     divide by ``U`` (``p_divide_by_classes=False``): CoV's personalized input is then ``U``
-    times larger. The paper's form is the default, as the paper is the specification. Local update, all modules
-    end-to-end, on
+    times larger. The paper's form is the default, as the paper is the specification.
+    Local update, all modules end-to-end, on
 
         f_G = ReLU((gamma + 1) f + beta),  f_P = ReLU((gamma_k + 1) f + beta_k)
         L = CE(psi(f_P), y) + L_alg + lamda * L_mlg  (+ weight decay mu on CoV and GCE)
