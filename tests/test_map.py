@@ -54,6 +54,12 @@ def test_rs_scales_hard_soft_and_complete_classes_by_hand():
     assert restricted_softmax_scales(counts, 0.9, complete_classes=True).tolist() == (
         pytest.approx([2 / 3, 1 / 3, 0, 0]))
     assert restricted_softmax_scales(counts, 0.9, "all").tolist() == pytest.approx([0.9] * 4)
+    one = torch.tensor([6.0, 1.0, 0.0, 0.0])  # a single sample makes a class observed
+    assert restricted_softmax_scales(one, 0.5).tolist() == pytest.approx([1, 1, 0.5, 0.5])
+    single = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    assert restricted_softmax_scales(single, 0.5, complete_classes=True).tolist() == [1, 0, 0, 0]
+    with pytest.raises(ValueError, match="unknown mode 'medium'"):
+        restricted_softmax_scales(counts, 0.5, "medium")
 
 
 def test_rs_with_alpha_one_equals_plain_cross_entropy():
@@ -106,21 +112,35 @@ def test_personalize_phase_uses_the_hpm_only_once_it_exists():
     x, y = batch()
     client.on_round_start(0, {})
     assert torch.equal(client.training_step((x, y), 0), F.cross_entropy(client(x), y))
-    with torch.no_grad():
-        client.hpm.head.bias.add_(1.0)  # a teacher that differs from the student
+    with torch.no_grad():  # a teacher whose softmax and features differ from the student's
+        client.hpm.head.bias.add_(2.0 * torch.arange(4.0))
+        client.hpm.encoder.fc[0].weight.mul_(2.0)
     client.hpm_updates.fill_(1)
     client.on_round_start(1, {})
     logits = client(x)
-    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x))
+    kd = kd_loss(logits, client.hpm(x))
+    assert kd > 0.1
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd
     assert torch.allclose(client.training_step((x, y), 0), expected)
     mmd = make_client(kt="mmd", lamda=0.5)
     give_context(mmd)
     mmd.phase = "personalize"
+    with torch.no_grad():
+        mmd.hpm.encoder.fc[0].weight.mul_(2.0)
     mmd.hpm_updates.fill_(1)
     mmd.on_round_start(1, {})
     features = mmd.model.encoder(x)
-    expected = 0.5 * F.cross_entropy(mmd(x), y) + 0.5 * mmd_loss(features, features)
+    transfer = mmd_loss(features, mmd.hpm.encoder(x))
+    assert transfer > 0.01
+    expected = 0.5 * F.cross_entropy(mmd(x), y) + 0.5 * transfer
     assert torch.allclose(mmd.training_step((x, y), 0), expected)
+    tau = make_client(lamda=0.5, tau=2.0)  # the temperature reaches the KD term
+    give_context(tau)
+    tau.phase = "personalize"
+    tau.load_state_dict(client.state_dict())
+    tau.on_round_start(1, {})
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x), 2.0)
+    assert torch.allclose(tau.training_step((x, y), 0), expected)
 
 
 # ----------------------------------------------------------------- schedule and upload
@@ -203,6 +223,7 @@ def test_hpm_update_and_momentum_match_hand_computed_values_over_three_participa
         for p in client.hpm.parameters():
             assert torch.allclose(p, torch.full_like(p, expected_hpm[z])), z
     assert hpm_momentum(5, 0.5, 4) == 1.0  # clipped to [0, 1]
+    assert hpm_momentum(1, 0.5, 4) == pytest.approx(0.45)  # the default macro momentum 0.9
     assert hpm_momentum(5, 0.5, 4, cap=0.9) == 0.9  # the released code's cap
     capped = make_client(mu_cap=0.9)
     give_context(capped, join_ratio=0.5, rounds=4)
@@ -229,7 +250,8 @@ def test_federated_run_logs_hpm_accuracy_and_counts_participations(tmp_path):
     trainer = tiny_trainer(tmp_path, rounds=3, join_ratio=0.5, local_epochs=2, run_name="m")
     summary = trainer.fit(make_client(kt="mmd"), tiny_data(partition="pathological"))
     rows = read_metrics(tmp_path / "m")
-    assert {"hpm_accuracy", "global_accuracy", "train/kt_loss", "train/rs_loss"} <= set(rows[0])
+    assert {"hpm_accuracy", "global_accuracy", "train/kt_loss", "train/rs_loss",
+            "train/personalize_loss"} <= set(rows[0])
     assert summary["last_global_accuracy"] is not None
     # participants differ every round: the mean of the last rounds sits beside the best one
     personalized = [float(r["personalized_accuracy"]) for r in rows]
@@ -315,6 +337,7 @@ def test_mmd_bandwidth_follows_the_pooled_batch():
     x = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
     y = torch.randn(10, 4, generator=torch.Generator().manual_seed(3))
     assert math.isclose(mmd_loss(x, y).item(), mmd_loss(10 * x, 10 * y).item(), rel_tol=1e-4)
+    assert math.isclose(mmd_loss(x, y).item(), mmd_loss(x / 100, y / 100).item(), rel_tol=1e-4)
 
 
 # ----------------------------------------------------------------- mutation killers

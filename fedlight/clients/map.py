@@ -54,6 +54,8 @@ def restricted_softmax_scales(
         complete_classes: MAP Sec. 5.4, ``a_c = m_c / sum_j m_j`` (the class share); replaces
             ``mode`` and ``alpha``.
     """
+    if mode not in RS_MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(RS_MODES)}")
     counts = class_counts.float()
     shares = counts / counts.sum().clamp_min(1.0)
     if complete_classes:
