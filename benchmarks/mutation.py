@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="mutate only the loss and update functions (CORE in the script)")
     parser.add_argument("--by-function", action="store_true", help="a line per function")
     parser.add_argument("--survivors", action="store_true", help="list surviving mutants")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="stop mutmut after this many seconds and report the mutants "
+                             "checked so far")
     parser.add_argument("--keep", type=Path, default=None,
                         help="run in this folder and keep it (default: a temporary folder)")
     return parser.parse_args(argv)
@@ -173,12 +177,19 @@ def main(argv: list[str] | None = None) -> None:
     mutmut = [sys.executable, "-c", "from mutmut.__main__ import cli; cli()"]
     start_wall, start_cpu = time.time(), _children_cpu()
     selected = [mutant_globs(f) for name in args.files for f in CORE[name]] if args.core else []
-    run = subprocess.run([*mutmut, "run", "--max-children", str(args.max_children), *selected],
-                         cwd=workdir, env=env, capture_output=True, text=True)
+    process = subprocess.Popen([*mutmut, "run", "--max-children", str(args.max_children),
+                                *selected], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)  # mutmut and its workers
+        output, _ = process.communicate()
+        print(f"stopped after {args.timeout:.0f} s: partial results")
     wall, cpu = time.time() - start_wall, _children_cpu() - start_cpu
-    if run.returncode != 0:
-        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
-        raise SystemExit(f"mutmut failed (exit code {run.returncode}); folder: {workdir}")
+    if process.returncode not in (0, -signal.SIGTERM):
+        print(output[-3000:])
+        raise SystemExit(f"mutmut failed (exit code {process.returncode}); folder: {workdir}")
     report(statuses(workdir, files), args.by_function, args.survivors)
     print(f"wall {wall:.0f} s, CPU {cpu:.0f} s, {args.max_children} children; tests: "
           f"{' '.join(tests)}")
