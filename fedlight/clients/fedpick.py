@@ -153,9 +153,9 @@ class FedPick(FederatedClient):
     (``train/<name>`` columns in ``metrics.csv``): the loss terms ``loss_gce``, ``loss_lce``,
     ``loss_ent``, ``loss_dis`` (and ``loss_budget``), ``keep_ratio`` (the share of features
     the noisy training mask keeps), ``keep_ratio_clean`` (the noise-free mask ``1[l >= 0]``:
-    what prediction uses) and ``mask_logit_abs`` (the mean ``|l|``; with ``tau = 10`` the
-    Gumbel-difference noise, standard deviation 1.8, decides the training mask wherever
-    ``|l|`` is below a few units).
+    what prediction uses) and ``mask_logit_abs`` (the mean ``|l|``: the Gumbel-difference
+    noise, standard deviation 1.8, decides the training mask wherever ``|l|`` is below a few
+    units, and ``tau = 10`` shrinks the mask's gradient tenfold).
 
     Prediction (``forward``): the logits ``h_g(z_g) + h_p(z_p)`` (Eq. 14 up to the softmax,
     which does not change the argmax), with no noise and the mask ``1[l >= 0]``.
