@@ -58,7 +58,7 @@ def test_rs_scales_hard_soft_and_complete_classes_by_hand():
     assert restricted_softmax_scales(one, 0.5).tolist() == pytest.approx([1, 1, 0.5, 0.5])
     single = torch.tensor([1.0, 0.0, 0.0, 0.0])
     assert restricted_softmax_scales(single, 0.5, complete_classes=True).tolist() == [1, 0, 0, 0]
-    with pytest.raises(ValueError, match="unknown mode 'medium'"):
+    with pytest.raises(ValueError, match="unknown mode 'medium'; valid: hard, soft, all"):
         restricted_softmax_scales(counts, 0.5, "medium")
 
 
@@ -109,9 +109,11 @@ def test_personalize_phase_uses_the_hpm_only_once_it_exists():
     client = make_client(lamda=0.5)
     give_context(client)
     client.phase = "personalize"
+    client.capture_logs(True)
     x, y = batch()
     client.on_round_start(0, {})
     assert torch.equal(client.training_step((x, y), 0), F.cross_entropy(client(x), y))
+    assert set(client.pop_federated_logs()) == {"personalize_loss"}
     with torch.no_grad():  # a teacher whose softmax and features differ from the student's
         client.hpm.head.bias.add_(2.0 * torch.arange(4.0))
         client.hpm.encoder.fc[0].weight.mul_(2.0)
@@ -122,6 +124,7 @@ def test_personalize_phase_uses_the_hpm_only_once_it_exists():
     assert kd > 0.1
     expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd
     assert torch.allclose(client.training_step((x, y), 0), expected)
+    assert set(client.pop_federated_logs()) == {"personalize_loss", "kt_loss"}
     mmd = make_client(kt="mmd", lamda=0.5)
     give_context(mmd)
     mmd.phase = "personalize"
