@@ -224,8 +224,8 @@ class FedPick(FederatedClient):
         backbone: default ``"cnn_bn"`` (the 4-layer CNN with BatchNorm of FedBN's digits
             experiments). A backbone without BatchNorm makes ``private_bn`` a no-op.
         mask_lr_scale: learning-rate multiplier of the mask network (1: the paper).
-        mask_init_bias: initial bias of the mask network's output layer (0: PyTorch's default
-            initialization, the paper's).
+        mask_init_bias: initial bias of the mask network's output layer (``None``: PyTorch's
+            default initialization, the paper's).
         keep_budget: target share of kept features for the budget term, in ``[0, 1]``
             (``None``: no term).
         lambda_budget: weight of the budget term (0: off; needs ``keep_budget``).
