@@ -18,6 +18,12 @@ the surviving mutants' names (``mutmut show NAME`` in the kept folder prints the
     python benchmarks/mutation.py --files map --core              # its loss and update code
     python benchmarks/mutation.py --files fedpick --keep /tmp/mm  # keep the mutants folder
 
+mutmut runs each original function under a new name (``xǁGPFLǁ__init____mutmut_orig``)
+called through ``trampoline`` frames. The copy's ``fedlight/clients/base.py`` (never mutated)
+is taught those names in ``_outermost_init_arguments``, the frame walk that lets the trainer
+rebuild a client from its constructor arguments; without it every test of a federated run
+with non-default arguments fails under mutmut.
+
 It is a benchmark, not part of the test suite.
 """
 
@@ -95,11 +101,28 @@ def mutmut_section(files: list[str], tests: list[str]) -> str:
     )
 
 
+#: (original, replacement) in the copy of fedlight/clients/base.py: see the module docstring
+FRAME_WALK_PATCH = (
+    ('frame.f_code.co_name == "__init__"',
+     '(frame.f_code.co_name == "__init__" or "ǁ__init____mutmut_" in frame.f_code.co_name)'),
+    ("elif outer is not None:",
+     'elif outer is not None and frame.f_code.co_name not in ("trampoline", '
+     '"_trampoline_wrapper"):'),
+)
+
+
 def prepare(workdir: Path, files: list[str], tests: list[str]) -> None:
     """Copy the package, the tests and the settings into ``workdir``."""
     for name in ("fedlight", "tests"):
         shutil.copytree(ROOT / name, workdir / name, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    base = workdir / "fedlight/clients/base.py"
+    text = base.read_text()
+    for old, new in FRAME_WALK_PATCH:
+        if text.count(old) != 1:
+            raise SystemExit(f"benchmarks/mutation.py: {old!r} not found once in base.py")
+        text = text.replace(old, new)
+    base.write_text(text)
     for name in ("setup.cfg", "ruff.toml"):
         shutil.copy2(ROOT / name, workdir / name)
     text = (ROOT / "pyproject.toml").read_text()
