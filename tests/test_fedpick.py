@@ -399,3 +399,8 @@ def test_keep_budget_term_pulls_the_soft_mask_mean_to_the_target():
     assert "loss_budget" in budget.pop_federated_logs()
     expected = 3.0 * (soft.mean() - 0.2) ** 2
     assert (losses[1] - losses[0]).item() == pytest.approx(expected.item(), rel=1e-4)
+    target_only = make(**options, keep_budget=0.2)  # no weight: no term
+    target_only.capture_logs(True)
+    target_only.train()
+    target_only.training_step((x, y), 0)
+    assert "loss_budget" not in target_only.pop_federated_logs()
