@@ -103,14 +103,15 @@ def results_table(runs: Sequence[Run]) -> str:
     for run in runs:
         groups[(run.method, run.setting)].append(run)
     lines = ["| method | setting | seeds | best personalized | last personalized | "
-             "best global | last global | std (fairness) | CV |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "mean last-10 personalized | best global | last global | std (fairness) | CV |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (method, setting), members in sorted(groups.items()):
         s = [m.summary for m in members]
         lines.append("| " + " | ".join([
             method, setting, str(len(members)),
             _mean_std([x.get("best_personalized_accuracy") for x in s]),
             _mean_std([x.get("last_personalized_accuracy") for x in s]),
+            _mean_std([x.get("mean_last_personalized_accuracy") for x in s]),
             _mean_std([x.get("best_global_accuracy") for x in s]),
             _mean_std([x.get("last_global_accuracy") for x in s]),
             _mean_std([_last(m, "personalized_accuracy_std") for m in members]),

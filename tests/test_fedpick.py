@@ -13,6 +13,7 @@ from fedlight.clients.fedbn import BATCH_NORMS
 from fedlight.clients.fedpick import (
     feature_sparsity_ratio,
     fisher_scores,
+    gumbel_noise,
     negative_entropy,
     symmetric_kl,
 )
@@ -141,8 +142,11 @@ def test_training_loss_is_the_weighted_sum_of_the_four_terms():
                 + 3.0 * symmetric_kl(out.logits_p, out.logits_g))
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert set(logs) == {"loss_gce", "loss_lce", "loss_ent", "loss_dis", "keep_ratio",
-                         "train_loss"}
+                         "keep_ratio_clean", "mask_logit_abs", "train_loss"}
     assert logs["keep_ratio"] == pytest.approx(out.mask.mean().item())
+    clean = (out.mask_logits >= 0).float().mean().item()
+    assert logs["keep_ratio_clean"] == pytest.approx(clean)
+    assert logs["mask_logit_abs"] == pytest.approx(out.mask_logits.abs().mean().item())
 
 
 def test_prediction_is_the_sum_of_global_and_personalized_logits():
@@ -204,7 +208,8 @@ def test_zero_weights_drop_their_terms():
     x, y = batch()
     torch.manual_seed(0)
     loss = client.training_step((x, y), 0)
-    assert set(client.pop_federated_logs()) == {"loss_gce", "keep_ratio", "train_loss"}
+    assert set(client.pop_federated_logs()) == {"loss_gce", "keep_ratio", "keep_ratio_clean",
+                                                "mask_logit_abs", "train_loss"}
     assert loss.item() == pytest.approx(F.cross_entropy(client.model(x), y).item(), rel=1e-5)
 
 
@@ -233,6 +238,12 @@ def test_bad_arguments_are_named():
         make(lambda_dis=-1)
     with pytest.raises(ValueError, match="solo_head 'both'; valid: global, personalized"):
         make(solo_head="both")
+    with pytest.raises(ValueError, match="mask_lr_scale must be > 0, got 0"):
+        make(mask_lr_scale=0)
+    with pytest.raises(ValueError, match=r"keep_budget must be in \[0, 1\].*got 1.5"):
+        make(keep_budget=1.5)
+    with pytest.raises(ValueError, match="lambda_budget=1.0 needs keep_budget"):
+        make(lambda_budget=1.0)
 
 
 # ------------------------------------------------------------------------- training
@@ -289,3 +300,107 @@ def test_keep_ratio_is_the_share_of_nonnegative_mask_logits():
         expected = (client.outputs(x).mask_logits >= 0).float().mean().item()
     assert ratio == pytest.approx(expected)
     assert make(pfsm=False).keep_ratio(x) == 1.0
+
+
+# ------------------------------------------------------------------------- mutation killers
+def test_relevant_features_are_the_kept_ones_and_feed_the_personalized_head():
+    client = make()
+    client.eval()
+    out = client.outputs(batch()[0])
+    keep = (out.mask_logits >= 0).float()
+    assert 0 < keep.mean() < 1
+    assert torch.equal(out.z_p, out.z_g * keep) and torch.equal(out.z_u, out.z_g * (1 - keep))
+    assert torch.equal(out.logits_p, client.pfsm.relevant_head(out.z_p))
+    assert torch.equal(out.logits_u, client.pfsm.irrelevant_head(out.z_u))
+
+
+def test_soft_mask_divides_the_logits_by_the_temperature():
+    client = make(tau=4.0)
+    client.eval()
+    out = client.outputs(batch()[0])
+    torch.testing.assert_close(out.soft_mask, torch.sigmoid(out.mask_logits / 4.0))
+
+
+def test_gumbel_noise_has_the_standard_gumbel_moments():
+    torch.manual_seed(0)
+    noise = gumbel_noise(torch.empty(200_000))
+    assert noise.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni
+    assert noise.var().item() == pytest.approx(math.pi ** 2 / 6, rel=0.03)
+
+
+def test_training_noise_is_a_difference_of_two_gumbels():
+    # G' - G'' is standard logistic: mean 0, variance pi^2 / 3; recovered from the soft mask.
+    client = make(tau=1.0, hard_mask=False)
+    client.train()
+    z = torch.rand(4096, client.model.feature_dim) * 0.1
+    torch.manual_seed(2)
+    logits, soft, _ = client.select(z)
+    noise = torch.logit(soft.double()) - logits.double()
+    assert noise.mean().item() == pytest.approx(0.0, abs=0.02)
+    assert noise.var().item() == pytest.approx(math.pi ** 2 / 3, rel=0.03)
+
+
+def test_distillation_trains_both_heads():
+    a = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    b = torch.randn(4, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    symmetric_kl(a, b).backward()
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    log_a, log_b = a2.log_softmax(-1), b2.log_softmax(-1)
+    reference = (F.kl_div(log_b, log_a, log_target=True, reduction="batchmean")
+                 + F.kl_div(log_a, log_b, log_target=True, reduction="batchmean"))
+    reference.backward()
+    torch.testing.assert_close(a.grad, a2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
+    assert b.grad.abs().sum() > 0
+
+    def head_grad(lambda_dis):
+        client = make(lambda_lce=0, lambda_ent=0, lambda_dis=lambda_dis)
+        client.train()
+        torch.manual_seed(5)
+        client.training_step(batch(), 0).backward()
+        return client.model.head.weight.grad.clone()
+
+    assert not torch.allclose(head_grad(0.0), head_grad(10.0))  # L_dis reaches h_g
+
+
+# ------------------------------------------------------------------------- selection knobs
+def test_mask_network_gets_its_own_learning_rate():
+    client = make(lr=0.01, mask_lr_scale=50.0)
+    groups = client.configure_optimizers().param_groups
+    mask = {id(p) for p in client.pfsm.mask_net.parameters()}
+    assert [g["lr"] for g in groups] == [0.01, pytest.approx(0.5)]
+    assert {id(p) for p in groups[1]["params"]} == mask
+    assert len(groups[0]["params"]) + len(mask) == len(list(client.parameters()))
+    assert len(make().configure_optimizers().param_groups) == 1
+
+
+def test_initial_mask_bias_shifts_every_logit():
+    x, _ = batch()
+    plain, biased = make(), make(mask_init_bias=5.0)
+    assert torch.equal(biased.pfsm.mask_net[2].bias, torch.full_like(biased.pfsm.mask_net[2].bias,
+                                                                     5.0))
+    plain.eval()
+    biased.eval()
+    assert biased.keep_ratio(x) > plain.keep_ratio(x)
+
+
+def test_keep_budget_term_pulls_the_soft_mask_mean_to_the_target():
+    options = dict(lambda_lce=1.0, lambda_ent=0.0, lambda_dis=1.0)
+    without, budget = make(**options), make(**options, keep_budget=0.2, lambda_budget=3.0)
+    x, y = batch()
+    losses = []
+    for client in (without, budget):
+        client.capture_logs(True)
+        client.train()
+        torch.manual_seed(4)
+        losses.append(client.training_step((x, y), 0))
+    torch.manual_seed(4)
+    soft = budget.outputs(x).soft_mask
+    assert "loss_budget" in budget.pop_federated_logs()
+    expected = 3.0 * (soft.mean() - 0.2) ** 2
+    assert (losses[1] - losses[0]).item() == pytest.approx(expected.item(), rel=1e-4)
+    target_only = make(**options, keep_budget=0.2)  # no weight: no term
+    target_only.capture_logs(True)
+    target_only.train()
+    target_only.training_step((x, y), 0)
+    assert "loss_budget" not in target_only.pop_federated_logs()

@@ -268,7 +268,40 @@ def test_federated_rounds_increase_accuracy(tmp_path):
 
 
 def test_bad_constructor_values_are_named():
+    with pytest.raises(ValueError, match="unknown cov_init 'ones'; valid: paper, zero"):
+        make_gpfl(cov_init="ones")
     with pytest.raises(ValueError, match="lamda.*>= 0, got -1"):
         make_gpfl(lamda=-1)
     with pytest.raises(ValueError, match="mu.*>= 0, got -0.5"):
         make_gpfl(mu=-0.5)
+
+
+def test_cov_scales_by_gamma_plus_one_and_shifts_by_beta():
+    client = make_gpfl()
+    dim = client.model.feature_dim
+    for sub, value in ((client.cov.gamma, 2.0), (client.cov.beta, -0.5)):
+        torch.nn.init.zeros_(sub[2].weight)  # the LayerNorm outputs its bias: a constant
+        torch.nn.init.constant_(sub[2].bias, value)
+    features = torch.randn(5, dim, generator=torch.Generator().manual_seed(2))
+    out = client.cov(features, torch.randn(1, dim))
+    torch.testing.assert_close(out[0], F.relu(3.0 * features - 0.5))
+
+
+def test_zero_cov_init_starts_as_relu_of_the_feature_and_still_learns():
+    client = with_context(make_gpfl(cov_init="zero"))
+    x, y = batch()
+    features = client.model.encoder(x)
+    f_g, f_p = client.routes(x)
+    assert torch.equal(f_g, F.relu(features)) and torch.equal(f_p, F.relu(features))
+    client.training_step((x, y), 0).backward()
+    assert client.cov.gamma[2].weight.grad.abs().sum() > 0
+    assert client.cov.beta[2].weight.grad.abs().sum() > 0
+    paper = make_gpfl()
+    assert torch.equal(paper.cov.gamma[2].weight, torch.ones_like(paper.cov.gamma[2].weight))
+
+
+def test_code_form_of_p_does_not_divide_by_the_class_count():
+    paper = with_context(make_gpfl())
+    code = with_context(make_gpfl(p_divide_by_classes=False))
+    torch.testing.assert_close(code.p, NUM_CLASSES * paper.p)
+    torch.testing.assert_close(code.g, paper.g)

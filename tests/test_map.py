@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fedlight.clients import CLIENTS, MAP, ClientContext, FedPHP, FedRS
 from fedlight.clients.map import (
+    batches_per_epoch,
     hpm_momentum,
     kd_loss,
     mmd_loss,
@@ -52,6 +53,13 @@ def test_rs_scales_hard_soft_and_complete_classes_by_hand():
         [1.0, 0.75, 0.5, 0.5])
     assert restricted_softmax_scales(counts, 0.9, complete_classes=True).tolist() == (
         pytest.approx([2 / 3, 1 / 3, 0, 0]))
+    assert restricted_softmax_scales(counts, 0.9, "all").tolist() == pytest.approx([0.9] * 4)
+    one = torch.tensor([6.0, 1.0, 0.0, 0.0])  # a single sample makes a class observed
+    assert restricted_softmax_scales(one, 0.5).tolist() == pytest.approx([1, 1, 0.5, 0.5])
+    single = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    assert restricted_softmax_scales(single, 0.5, complete_classes=True).tolist() == [1, 0, 0, 0]
+    with pytest.raises(ValueError, match="unknown mode 'medium'; valid: hard, soft, all"):
+        restricted_softmax_scales(counts, 0.5, "medium")
 
 
 def test_rs_with_alpha_one_equals_plain_cross_entropy():
@@ -101,47 +109,81 @@ def test_personalize_phase_uses_the_hpm_only_once_it_exists():
     client = make_client(lamda=0.5)
     give_context(client)
     client.phase = "personalize"
+    client.capture_logs(True)
     x, y = batch()
     client.on_round_start(0, {})
     assert torch.equal(client.training_step((x, y), 0), F.cross_entropy(client(x), y))
-    with torch.no_grad():
-        client.hpm.head.bias.add_(1.0)  # a teacher that differs from the student
+    assert set(client.pop_federated_logs()) == {"personalize_loss"}
+    with torch.no_grad():  # a teacher whose softmax and features differ from the student's
+        client.hpm.head.bias.add_(2.0 * torch.arange(4.0))
+        client.hpm.encoder.fc[0].weight.mul_(2.0)
     client.hpm_updates.fill_(1)
     client.on_round_start(1, {})
     logits = client(x)
-    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x))
+    kd = kd_loss(logits, client.hpm(x))
+    assert kd > 0.1
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd
     assert torch.allclose(client.training_step((x, y), 0), expected)
+    assert set(client.pop_federated_logs()) == {"personalize_loss", "kt_loss"}
     mmd = make_client(kt="mmd", lamda=0.5)
     give_context(mmd)
     mmd.phase = "personalize"
+    with torch.no_grad():
+        mmd.hpm.encoder.fc[0].weight.mul_(2.0)
     mmd.hpm_updates.fill_(1)
     mmd.on_round_start(1, {})
     features = mmd.model.encoder(x)
-    expected = 0.5 * F.cross_entropy(mmd(x), y) + 0.5 * mmd_loss(features, features)
+    transfer = mmd_loss(features, mmd.hpm.encoder(x))
+    assert transfer > 0.01
+    expected = 0.5 * F.cross_entropy(mmd(x), y) + 0.5 * transfer
     assert torch.allclose(mmd.training_step((x, y), 0), expected)
+    tau = make_client(lamda=0.5, tau=2.0)  # the temperature reaches the KD term
+    give_context(tau)
+    tau.phase = "personalize"
+    tau.load_state_dict(client.state_dict())
+    tau.on_round_start(1, {})
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x), 2.0)
+    assert torch.allclose(tau.training_step((x, y), 0), expected)
 
 
 # ----------------------------------------------------------------- schedule and upload
-def test_local_phases_split_the_epochs_and_expose_the_code_schedule():
-    def plan(client, epochs):
-        return [(p.name, p.epochs, p.upload_after, p.lr_scale)
-                for p in client.local_phases(epochs)]
+def plan(client, epochs):
+    return [(p.name, p.epochs, p.upload_after, p.lr_scale, p.max_steps)
+            for p in client.local_phases(epochs)]
 
-    client = make_client()
-    assert plan(client, 1) == [("rs", 1, True, 1.0)]
-    assert plan(client, 2) == [("rs", 1, True, 1.0), ("personalize", 1, False, 1.0)]
-    assert plan(client, 5) == [("rs", 3, True, 1.0), ("personalize", 2, False, 1.0)]
-    code = make_client(rs_epochs=2, personalize_epochs=1, personalize_lr_scale=0.2)
-    assert plan(code, 2) == [("rs", 2, True, 1.0), ("personalize", 1, False, 0.2)]
+
+def test_paper_schedule_splits_the_epochs():
+    client = make_client(schedule="paper")
+    assert plan(client, 1) == [("rs", 1, True, 1.0, None)]
+    assert plan(client, 2) == [("rs", 1, True, 1.0, None), ("personalize", 1, False, 1.0, None)]
+    assert plan(client, 5) == [("rs", 3, True, 1.0, None), ("personalize", 2, False, 1.0, None)]
+    custom = make_client(schedule="paper", rs_epochs=2, personalize_epochs=1,
+                         personalize_lr_scale=0.2)
+    assert plan(custom, 2) == [("rs", 2, True, 1.0, None), ("personalize", 1, False, 0.2, None)]
+
+
+def test_code_schedule_uploads_after_all_epochs_then_personalizes_briefly():
+    client = make_client()  # the default
+    assert client.schedule == "code"
+    give_context(client, counts=(20.0, 20.0, 0.0, 0.0), batch_size=16)  # 40 samples: 3 steps
+    assert plan(client, 6) == [("rs", 6, True, 1.0, None),
+                               ("personalize", 2, False, 0.2, 5)]  # max(ceil(1.8), 5) steps
+    give_context(client, counts=(400.0, 1.0, 0.0, 0.0), batch_size=16)  # 401: 25 steps
+    assert plan(client, 6) == [("rs", 6, True, 1.0, None),
+                               ("personalize", 1, False, 0.2, 15)]  # ceil(0.1 * 150)
+    fixed = make_client(personalize_epochs=0)
+    assert plan(fixed, 3) == [("rs", 3, True, 1.0, None)]
+    assert batches_per_epoch(33, 16) == 2 and batches_per_epoch(34, 16) == 3
+    assert batches_per_epoch(1, 16) == 1
 
 
 def test_upload_is_the_phase_one_model_and_the_hpm_the_personalized_one(tmp_path):
     data = tiny_data(partition="pathological")  # 2 of 4 classes per client: RS matters
     trainer = tiny_trainer(tmp_path, local_epochs=2, batch_size=16)
-    trainer._prepare(make_client(), data)
+    trainer._prepare(make_client(schedule="paper"), data)
     upload, _ = trainer.round.train_client(1, 0)  # (report to the server, round statistics)
 
-    reference = make_client()
+    reference = make_client(schedule="paper")
     x, y = data.client_train(1)
     scales = restricted_softmax_scales(data.class_counts(1), 0.9)
     assert scales.min() < 1  # client 1 misses classes
@@ -184,6 +226,11 @@ def test_hpm_update_and_momentum_match_hand_computed_values_over_three_participa
         for p in client.hpm.parameters():
             assert torch.allclose(p, torch.full_like(p, expected_hpm[z])), z
     assert hpm_momentum(5, 0.5, 4) == 1.0  # clipped to [0, 1]
+    assert hpm_momentum(1, 0.5, 4) == pytest.approx(0.45)  # the default macro momentum 0.9
+    assert hpm_momentum(5, 0.5, 4, cap=0.9) == 0.9  # the released code's cap
+    capped = make_client(mu_cap=0.9)
+    give_context(capped, join_ratio=0.5, rounds=4)
+    assert capped.hpm_mu(1) == pytest.approx(0.45) and capped.hpm_mu(3) == pytest.approx(0.9)
     assert hpm_momentum(1, 0.2, 30, mu=0.9) == pytest.approx(0.15)
 
 
@@ -206,8 +253,14 @@ def test_federated_run_logs_hpm_accuracy_and_counts_participations(tmp_path):
     trainer = tiny_trainer(tmp_path, rounds=3, join_ratio=0.5, local_epochs=2, run_name="m")
     summary = trainer.fit(make_client(kt="mmd"), tiny_data(partition="pathological"))
     rows = read_metrics(tmp_path / "m")
-    assert {"hpm_accuracy", "global_accuracy", "train/kt_loss", "train/rs_loss"} <= set(rows[0])
+    assert {"hpm_accuracy", "global_accuracy", "train/kt_loss", "train/rs_loss",
+            "train/personalize_loss"} <= set(rows[0])
     assert summary["last_global_accuracy"] is not None
+    # participants differ every round: the mean of the last rounds sits beside the best one
+    personalized = [float(r["personalized_accuracy"]) for r in rows]
+    assert summary["mean_last_personalized_accuracy"] == pytest.approx(
+        sum(personalized) / len(personalized))
+    assert summary["best_personalized_accuracy"] == pytest.approx(max(personalized))
     for client_id, state in trainer.client_states.items():
         assert int(state["hpm_updates"]) == trainer.participations[client_id]
 
@@ -267,13 +320,15 @@ def test_fedrs_and_fedphp_are_map_with_other_defaults():
 @pytest.mark.parametrize("kwargs, message", [
     ({"rs_alpha": 1.5}, r"rs_alpha must be in \[0, 1\], got 1.5"),
     ({"lamda": -0.1}, r"lamda must be in \[0, 1\], got -0.1"),
-    ({"rs_mode": "medium"}, "unknown rs_mode 'medium'; valid: hard, soft"),
+    ({"rs_mode": "medium"}, "unknown rs_mode 'medium'; valid: hard, soft, all"),
     ({"kt": "l2"}, "unknown kt 'l2'; valid: kd, mmd, none"),
     ({"tau": 0.0}, "tau .* must be positive, got 0.0"),
     ({"mu": -1.0}, "mu .* must be >= 0, got -1.0"),
     ({"rs_epochs": 0}, "rs_epochs must be at least 1"),
     ({"personalize_epochs": -1}, "personalize_epochs must be >= 0"),
     ({"personalize_lr_scale": 0.0}, "personalize_lr_scale must be positive, got 0.0"),
+    ({"schedule": "fast"}, "unknown schedule 'fast'; valid: code, paper"),
+    ({"mu_cap": 0.0}, r"mu_cap must be in \(0, 1\], got 0.0"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -285,3 +340,44 @@ def test_mmd_bandwidth_follows_the_pooled_batch():
     x = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
     y = torch.randn(10, 4, generator=torch.Generator().manual_seed(3))
     assert math.isclose(mmd_loss(x, y).item(), mmd_loss(10 * x, 10 * y).item(), rel_tol=1e-4)
+    assert math.isclose(mmd_loss(x, y).item(), mmd_loss(x / 100, y / 100).item(), rel_tol=1e-4)
+
+
+# ----------------------------------------------------------------- mutation killers
+def test_kd_direction_is_teacher_to_student_for_an_asymmetric_pair():
+    student = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
+    teacher = 3 * torch.randn(6, 5, generator=torch.Generator().manual_seed(5))
+    p_t, p_s = F.softmax(teacher / 4, -1), F.softmax(student / 4, -1)
+    forward = 16 * (p_t * (p_t.log() - p_s.log())).sum(-1).mean()  # KL(teacher || student)
+    reverse = 16 * (p_s * (p_s.log() - p_t.log())).sum(-1).mean()
+    assert abs(forward - reverse) > 1e-2  # the pair tells the two directions apart
+    assert kd_loss(student, teacher).item() == pytest.approx(forward.item(), rel=1e-5)
+
+
+def test_mmd_sums_five_gaussian_kernels_by_hand():
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(6))
+    y = torch.randn(4, 3, generator=torch.Generator().manual_seed(7)) + 0.5
+    pooled = torch.cat([x, y])
+    squared = ((pooled[:, None] - pooled[None]) ** 2).sum(-1)
+    b = squared.sum() / (9 * 9 - 9)
+
+    def kernel(u, v):
+        return sum(math.exp(-float(((u - v) ** 2).sum()) / (b * s))
+                   for s in (0.25, 0.5, 1.0, 2.0, 4.0))
+
+    def mean_kernel(a, c):
+        return sum(kernel(u, v) for u in a for v in c) / (len(a) * len(c))
+
+    expected = mean_kernel(x, x) + mean_kernel(y, y) - 2 * mean_kernel(x, y)
+    assert mmd_loss(x, y).item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_personalized_score_is_the_trained_model_not_the_hpm():
+    client = make_client()
+    with torch.no_grad():
+        client.hpm.head.bias.add_(5.0 * torch.arange(4.0))  # an HPM that predicts otherwise
+    x, _ = batch()
+    outputs = client.eval_outputs(x)
+    assert torch.equal(outputs["personalized"], client.model(x))
+    assert torch.equal(outputs["hpm"], client.hpm(x))
+    assert not torch.allclose(outputs["personalized"], outputs["hpm"])

@@ -190,7 +190,7 @@ def aabb_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("aabb")
     data = tiny_data()
     trainer = tiny_trainer(root, rounds=2, run_name="aabb", weighting="uniform")
-    trainer.fit(make(way="AaBb"), data)
+    trainer.fit(make(way="AaBb", evaluate_after_training=False), data)  # stored-state scores
     return trainer, data, root / "aabb"
 
 
@@ -224,7 +224,7 @@ def test_all_shared_is_fedavg_and_all_private_is_local(tmp_path, way, reference)
                 for r in read_metrics(tmp_path / name)]
         return rows, trainer
 
-    ours, ours_trainer = run(make(way=way), "ours")
+    ours, ours_trainer = run(make(way=way, evaluate_after_training=False), "ours")
     theirs, their_trainer = run(make(reference), "theirs")
     assert ours == theirs
     assert set(ours_trainer.global_state) == set(their_trainer.global_state)
@@ -316,7 +316,7 @@ def test_autocs_mixes_each_feature_with_its_own_pair():
 
 
 def test_autohs_samples_gumbel_coefficients_only_while_training():
-    client = make(AutoHS)
+    client = make(AutoHS, hard=False)
     torch.manual_seed(3)
     sampled = [client.coefficients(sample=True)[0] for _ in range(3)]
     assert not torch.equal(sampled[0], sampled[1])
@@ -334,3 +334,106 @@ def test_auto_run_logs_the_coefficient_curves(tmp_path):
     assert float(rows[-1]["train/coef/b0"]) + float(rows[-1]["train/coef/b1"]) == \
         pytest.approx(1.0)
     assert rows[-1]["global_accuracy"] != ""
+
+
+# ===================================================================== mutation killers
+def test_interpolation_off_diagonal_corners_mix_encoder_and_classifier(aabb_run):
+    # alpha weights the encoders, beta the classifiers: (1, 0) is E_s with C_p, (0, 1) E_p
+    # with C_s, so a transposed grid swaps these two cells.
+    _, data, run_dir = aabb_run
+    rows = interpolation_grid(make(way="AaBb"), data, run_dir / "checkpoints/last.ckpt",
+                              step=1.0)
+    table = {(r["alpha"], r["beta"]): r["accuracy"] for r in rows}
+    model = make(way="AaBb").eval()
+    checkpoint = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
+    correct, total = [0, 0], 0
+    for client_id in range(data.num_clients):
+        model.load_state_dict({**checkpoint["server"]["global_state"],
+                               **checkpoint["client_states"][client_id]})
+        x, y = data.client_test(client_id)
+        with torch.no_grad():
+            correct[0] += int((model.private["b"](model.model.encoder(x)).argmax(-1) == y).sum())
+            correct[1] += int((model.model.head(model.private["a"](x)).argmax(-1) == y).sum())
+        total += len(y)
+    assert correct[0] != correct[1]
+    assert table[(1.0, 0.0)] == correct[0] / total and table[(0.0, 1.0)] == correct[1] / total
+
+
+def test_autosa_mixes_the_features_of_both_sides_by_hand():
+    client = make(AutoSA).eval()
+    client.alpha.data = torch.tensor([[3.0, -1.0]])
+    client.beta.data = torch.tensor([-2.0, 1.0])
+    a = torch.softmax(torch.tensor([1.5, -0.5]), 0)  # temperature 2
+    b = torch.softmax(torch.tensor([-1.0, 0.5]), 0)
+    hs, hp = client.model.encoder(X), client.private["a"](X)
+    mixed = a[0] * hs + a[1] * hp  # the same mixture feeds both classifiers
+    expected = b[0] * client.model.head(mixed) + b[1] * client.private["b"](mixed)
+    torch.testing.assert_close(client(X), expected)
+
+
+def test_autohs_divides_the_noisy_coefficients_by_the_temperature():
+    client = make(AutoHS, temperature=3.0, hard=False)
+    client.alpha.data = torch.tensor([[1.0, -2.0]])
+    client.beta.data = torch.tensor([0.5, 0.0])
+    torch.manual_seed(11)
+    a, b = client.coefficients(sample=True)
+    torch.manual_seed(11)
+    uniform = [torch.rand(1, 2).clamp_(1e-10, 1 - 1e-7), torch.rand(2).clamp_(1e-10, 1 - 1e-7)]
+    g = [-torch.log(-torch.log(u)) for u in uniform]
+    torch.testing.assert_close(a, F.softmax((client.alpha.detach() + g[0]) / 3.0, -1))
+    torch.testing.assert_close(b, F.softmax((client.beta.detach() + g[1]) / 3.0, -1))
+
+
+def test_autohs_hard_selects_one_hot_forward_with_the_softmax_gradient():
+    client = make(AutoHS)
+    assert client.hard
+    client.alpha.data = torch.tensor([[0.3, -0.2]])
+    client.beta.data = torch.tensor([-0.1, 0.4])
+    torch.manual_seed(5)
+    a, b = client.coefficients(sample=True)
+    assert set(a.flatten().tolist()) == {0.0, 1.0} and set(b.tolist()) == {0.0, 1.0}
+    torch.manual_seed(5)
+    g = [-torch.log(-torch.log(torch.rand(1, 2).clamp_(1e-10, 1 - 1e-7))),
+         -torch.log(-torch.log(torch.rand(2).clamp_(1e-10, 1 - 1e-7)))]
+    soft_a = F.softmax(client.alpha.detach() + g[0], -1)  # temperature 1, not 2
+    assert torch.equal(a, F.one_hot(soft_a.argmax(-1), 2).float())
+    (a * torch.tensor([[1.0, 3.0]])).sum().backward()
+    alpha = client.alpha.detach().clone().requires_grad_()
+    (F.softmax(alpha + g[0], -1) * torch.tensor([[1.0, 3.0]])).sum().backward()
+    torch.testing.assert_close(client.alpha.grad, alpha.grad)
+    client.eval()  # evaluation: the argmax of the noise-free coefficients
+    a, b = client.coefficients(sample=False)
+    assert a.tolist() == [[1.0, 0.0]] and b.tolist() == [0.0, 1.0]
+    hs = client.model.encoder(X)
+    torch.testing.assert_close(client(X), client.private["b"](hs))
+    probabilities = client.probabilities()
+    torch.testing.assert_close(probabilities[0], F.softmax(client.alpha, -1))
+
+
+def test_auto_private_path_loss_adds_the_pure_private_cross_entropy():
+    x, y = X, Y
+    plain, extra = make(AutoSA), make(AutoSA, private_path_loss=True)
+    private = F.cross_entropy(extra.private["b"](extra.private["a"](x)), y)
+    difference = extra.training_step((x, y), 0) - plain.training_step((x, y), 0)
+    torch.testing.assert_close(difference, private)
+    both = make(AutoSA, private_path_loss=True, shared_path_loss=True)
+    shared = F.cross_entropy(both.global_forward(x), y)
+    torch.testing.assert_close(both.training_step((x, y), 0) - plain.training_step((x, y), 0),
+                               private + shared)
+
+
+def test_auto_coefficients_get_their_own_learning_rate():
+    client = make(AutoCS, coef_lr_scale=10.0)
+    groups = client.configure_optimizers().param_groups
+    assert [g["lr"] for g in groups] == [0.1, pytest.approx(1.0)]
+    assert groups[1]["params"][0] is client.alpha and groups[1]["params"][1] is client.beta
+    assert len(groups[0]["params"]) + 2 == len(list(client.parameters()))
+    assert len(make(AutoCS).configure_optimizers().param_groups) == 1
+    with pytest.raises(ValueError, match="coef_lr_scale must be positive, got 0"):
+        make(AutoSA, coef_lr_scale=0)
+
+
+def test_privatization_family_scores_after_local_training_by_default():
+    assert make(way="Ab").evaluate_after_local_training
+    assert make(AutoSA).evaluate_after_local_training
+    assert not make(way="Ab", evaluate_after_training=False).evaluate_after_local_training

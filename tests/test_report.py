@@ -26,6 +26,9 @@ def test_report_tables_and_pngs_from_two_methods(tmp_path):
             for r in runs[:2]]
     mean = 100 * sum(best) / 2
     assert f"{mean:.2f} ±" in fedavg_row and "| 2 |" in fedavg_row
+    mean_last = [json.loads((r / "summary.json").read_text())["mean_last_personalized_accuracy"]
+                 for r in runs[:2]]
+    assert f"{100 * sum(mean_last) / 2:.2f} ±" in fedavg_row
     assert "synthetic/iid" in fedavg_row
     local_row = next(line for line in report.splitlines() if line.startswith("| Local"))
     assert "| - | - |" in local_row  # Local has no global model

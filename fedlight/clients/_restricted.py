@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-RS_MODES = ("hard", "soft")
+RS_MODES = ("hard", "soft", "all")
 
 
 def restricted_softmax_scales(
@@ -28,7 +28,8 @@ def restricted_softmax_scales(
         alpha: the scale a of the missing classes (m_c = 0), in [0, 1].
         mode: "hard" (MAP, Eq. 8): a_c = 1 for observed classes, alpha for missing ones;
             "soft" (FedRS's original rule): a_c = alpha + (1 - alpha) p_c / max p with p the
-            class shares (missing classes get alpha, the largest class 1).
+            class shares (missing classes get alpha, the largest class 1); "all" (MAP's
+            released code): a_c = alpha for every class, a global temperature 1 / alpha.
         complete_classes: MAP Sec. 5.4, a_c = m_c / sum_j m_j (the class share); replaces
             mode and alpha.
     """
@@ -36,8 +37,12 @@ def restricted_softmax_scales(
     shares = counts / counts.sum().clamp_min(1.0)
     if complete_classes:
         return shares
+    if mode not in RS_MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(RS_MODES)}")
     if mode == "soft":
         return alpha + (1.0 - alpha) * shares / shares.max().clamp_min(1e-12)
+    if mode == "all":
+        return torch.full_like(counts, alpha)
     return torch.where(counts > 0, torch.ones_like(counts), torch.full_like(counts, alpha))
 
 
@@ -51,7 +56,8 @@ class RestrictedSoftmax:
     Args:
         rs_alpha: a in [0, 1], the logit scale of missing classes (MAP: 0.9; 1 is the plain
             softmax).
-        rs_mode: "hard" (MAP's Eq. 8) or "soft" (FedRS's a + (1 - a) p_c / max p).
+        rs_mode: "hard" (MAP's Eq. 8), "soft" (FedRS's a + (1 - a) p_c / max p) or "all"
+            (MAP's released code: every logit scaled by a).
         complete_classes: a_c = m_c / sum_j m_j (MAP Sec. 5.4); overrides rs_alpha, rs_mode.
 
     A class is observed when it occurs at least once in the client's training split (its

@@ -39,9 +39,16 @@ class AutoSA(Privatize):
         shared_path_loss: also add ``CE(C_s(E_s(x)), y)`` to each step's loss. The authors'
             code takes a *second* optimizer step on the pure shared path after every batch;
             this option is the one-step (summed-loss) version of that idea, off by default
-            because the paper does not describe it.
+            because the paper does not describe it (the benchmark configs turn it on).
+        private_path_loss: also add ``CE(C_p(E_p(x)), y)``, the same for the private path
+            (in neither the paper nor the code; off by default). The fused loss alone never
+            trains either path to work on its own.
+        coef_lr_scale: learning-rate multiplier of ``psi`` (their own optimizer parameter
+            group; 1 = the paper, one learning rate for everything).
         **kwargs: the base client's arguments (``backbone``, ``lr``, ...). The block structure
-            is always ``way="AaBb"`` on the coarse cut (encoder, head).
+            is always ``way="AaBb"`` on the coarse cut (encoder, head); the personalized
+            accuracy is scored after local training unless ``evaluate_after_training=False``
+            (see :class:`~fedlight.clients.privatize.Privatize`).
 
     Logged every step (averaged per round into ``train/coef/...`` columns, the curves of the
     paper's Fig. 10): the noise-free softmaxed coefficients ``coef/a0``, ``coef/a1``,
@@ -57,12 +64,17 @@ class AutoSA(Privatize):
     gumbel: bool = False
 
     def __init__(self, temperature: float = 2.0, shared_path_loss: bool = False,
+                 private_path_loss: bool = False, coef_lr_scale: float = 1.0,
                  **kwargs: Any) -> None:
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
+        if not coef_lr_scale > 0:
+            raise ValueError(f"coef_lr_scale must be positive, got {coef_lr_scale}")
         super().__init__(way="AaBb", cut="coarse", combine="mean", **kwargs)
         self.temperature = temperature
         self.shared_path_loss = shared_path_loss
+        self.private_path_loss = private_path_loss
+        self.coef_lr_scale = float(coef_lr_scale)
         self.alpha = nn.Parameter(torch.zeros(2 if self.cross_stitch else 1, 2))
         self.beta = nn.Parameter(torch.zeros(2))
 
@@ -78,6 +90,19 @@ class AutoSA(Privatize):
             alpha, beta = alpha + _gumbel_like(alpha), beta + _gumbel_like(beta)
         return (F.softmax(alpha / self.temperature, dim=-1),
                 F.softmax(beta / self.temperature, dim=-1))
+
+    def probabilities(self) -> tuple[Tensor, Tensor]:
+        """The noise-free softmaxed coefficients (what is logged)."""
+        return AutoSA.coefficients(self, sample=False)
+
+    # ----------------------------------------------------------------- optimizer
+    def optimizer_param_groups(self) -> list[dict[str, Any]]:
+        """One group, or ``psi`` apart at ``coef_lr_scale`` times the learning rate."""
+        if self.coef_lr_scale == 1.0:
+            return super().optimizer_param_groups()
+        coefficients = [self.alpha, self.beta]
+        rest = [p for p in self.parameters() if all(p is not c for c in coefficients)]
+        return [{"params": rest}, {"params": coefficients, "lr": self.lr * self.coef_lr_scale}]
 
     def fused_logits(self, x: Tensor, sample: bool = False) -> Tensor:
         """``b0 C_s(h_s') + b1 C_p(h_p')`` with the mixed features of eq. 7 / 8 / 9."""
@@ -100,18 +125,20 @@ class AutoSA(Privatize):
     # ----------------------------------------------------------------- training
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """CE of the fused logits (coefficients sampled for AutoHS), optionally plus the
-        pure shared path's CE; logs the softmaxed coefficients."""
+        pure shared and private paths' CEs; logs the softmaxed coefficients."""
         x, y = batch
         loss = F.cross_entropy(self.fused_logits(x, sample=self.training), y)
         if self.shared_path_loss:
             loss = loss + F.cross_entropy(self.global_forward(x), y)
+        if self.private_path_loss:
+            loss = loss + F.cross_entropy(self.private["b"](self.private["a"](x)), y)
         self.log("train_loss", loss)
         self._log_coefficients()
         return loss
 
     def _log_coefficients(self) -> None:
         with torch.no_grad():
-            a, b = self.coefficients(sample=False)
+            a, b = self.probabilities()
         if self.cross_stitch:
             for i in range(2):
                 for j in range(2):
@@ -142,16 +169,60 @@ class AutoCS(AutoSA):
 class AutoHS(AutoSA):
     """AutoHS (hard selection): AutoSA with Gumbel-softmax coefficients.
 
-    Paper: "Aggregate or Not?" (Li et al., arXiv:2107.11954), eq. 9-11: while training,
-    ``(a0, a1) = SoftMax((alpha + g) / lambda)`` and ``(b0, b1) = SoftMax((beta + g') / lambda)``
-    with fresh ``g, g' ~ Gumbel(0, 1)`` (``g = -log(-log(u))``, ``u ~ U(0, 1)``) at every step
-    (the soft relaxation with temperature ``lambda``, not the straight-through hard code).
-    Where the paper is silent: evaluation uses the noise-free ``SoftMax(alpha / lambda)``, so
-    test accuracy is deterministic, and the logged coefficients are the noise-free ones.
-    Arguments as :class:`AutoSA`.
+    Paper: "Aggregate or Not?" (Li et al., arXiv:2107.11954), eq. 9-11, with fresh
+    ``g, g' ~ Gumbel(0, 1)`` (``g = -log(-log(u))``, ``u ~ U(0, 1)``) at every training step:
+
+    * ``hard=True`` (default; the paper calls the method hard selection and the authors' code
+      samples a hard one-hot at temperature 1): the coefficients are the one-hot of
+      ``argmax(alpha + g)`` (and of ``argmax(beta + g')``) in the forward pass, with the
+      gradient of ``SoftMax(alpha + g)`` (straight-through; ``temperature`` is not used).
+      Where the paper is silent: evaluation selects deterministically, the one-hot of
+      ``argmax(alpha)`` (ties: the shared side), so the prediction uses one path per stage as
+      in training; the logged coefficients are the selection probabilities
+      ``SoftMax(alpha)``.
+    * ``hard=False``: the soft relaxation ``SoftMax((alpha + g) / lambda)`` with temperature
+      ``lambda`` (fedlight's earlier form); evaluation uses the noise-free
+      ``SoftMax(alpha / lambda)``, which is also what is logged.
+
+    Args:
+        hard: straight-through one-hot selections at temperature 1 (default) or the soft
+            relaxation at ``temperature``.
+        **kwargs: as :class:`AutoSA`.
     """
 
     gumbel = True
+
+    def __init__(self, hard: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hard = bool(hard)
+
+    def coefficients(self, sample: bool = False) -> tuple[Tensor, Tensor]:
+        """Hard: straight-through one-hot samples (training) or the argmax one-hot; soft:
+        :meth:`AutoSA.coefficients`."""
+        if not self.hard:
+            return super().coefficients(sample)
+        if sample:
+            return _hard_gumbel(self.alpha), _hard_gumbel(self.beta)
+        return _one_hot_argmax(self.alpha), _one_hot_argmax(self.beta)
+
+    def probabilities(self) -> tuple[Tensor, Tensor]:
+        """Selection probabilities: the softmax at temperature 1 when hard."""
+        if not self.hard:
+            return super().probabilities()
+        return F.softmax(self.alpha, dim=-1), F.softmax(self.beta, dim=-1)
+
+
+def _one_hot_argmax(logits: Tensor) -> Tensor:
+    """The one-hot of the last dimension's argmax (first index on ties), as ``logits``."""
+    return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+
+
+def _hard_gumbel(logits: Tensor) -> Tensor:
+    """Straight-through Gumbel-softmax at temperature 1: the one-hot of
+    ``argmax(logits + g)`` forward, the gradient of ``softmax(logits + g)`` backward."""
+    soft = F.softmax(logits + _gumbel_like(logits), dim=-1)
+    hard = _one_hot_argmax(soft)
+    return hard - soft.detach() + soft
 
 
 def _gumbel_like(tensor: Tensor) -> Tensor:

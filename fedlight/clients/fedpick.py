@@ -149,9 +149,13 @@ class FedPick(FederatedClient):
     ``model.head`` = ``h_g`` (shared), ``pfsm`` = :class:`FeatureSelector` (private):
     ``pfsm.mask_net`` = ``varphi``, ``pfsm.relevant_head`` = ``h_p``,
     ``pfsm.irrelevant_head`` = ``h_u``. The update rule is in the module docstring; every
-    parameter trains on the total loss at once (the paper's Algorithm 1), the loss terms and
-    the share of kept features are logged as ``loss_gce``, ``loss_lce``, ``loss_ent``,
-    ``loss_dis`` and ``keep_ratio`` (``train/<name>`` columns in ``metrics.csv``).
+    parameter trains on the total loss at once (the paper's Algorithm 1). Logged every step
+    (``train/<name>`` columns in ``metrics.csv``): the loss terms ``loss_gce``, ``loss_lce``,
+    ``loss_ent``, ``loss_dis`` (and ``loss_budget``), ``keep_ratio`` (the share of features
+    the noisy training mask keeps), ``keep_ratio_clean`` (the noise-free mask ``1[l >= 0]``:
+    what prediction uses) and ``mask_logit_abs`` (the mean ``|l|``: the Gumbel-difference
+    noise, standard deviation 1.8, decides the training mask wherever ``|l|`` is below a few
+    units, and ``tau = 10`` shrinks the mask's gradient tenfold).
 
     Prediction (``forward``): the logits ``h_g(z_g) + h_p(z_p)`` (Eq. 14 up to the softmax,
     which does not change the argmax), with no noise and the mask ``1[l >= 0]``.
@@ -176,6 +180,18 @@ class FedPick(FederatedClient):
       BatchNorm and ReLU; the paper's Digits CNN gives 8192-d) and trains the encoder through
       ``z_p``, ``z_u`` and the mask network's input (no detach);
     * "shared PFSM" shares all of ``varphi``, ``h_p``, ``h_u`` (the paper's ``psi_i``).
+
+    Making selection happen (opt-in knobs, none in the paper; defaults leave the paper's
+    method unchanged). At ``tau = 10`` the mask's gradient is small against the noise, and in
+    practice the mask can stay a ~50 % random dropout (``keep_ratio_clean`` then tells):
+
+    * ``mask_lr_scale``: the mask network ``varphi`` trains at this multiple of the learning
+      rate (its own optimizer parameter group);
+    * ``mask_init_bias``: the initial bias of ``varphi``'s last layer, i.e. a starting offset
+      of every mask logit (positive: keep more at first);
+    * ``keep_budget`` with ``lambda_budget > 0``: adds
+      ``lambda_budget * (mean(m_s) - keep_budget)^2``, a penalty pulling the soft mask's mean
+      towards the target share of kept features (NOT in the paper).
 
     Ablations of the paper's Table IV (one switch each, a config each under
     ``configs/fedpick/ablations/``):
@@ -207,12 +223,20 @@ class FedPick(FederatedClient):
             ``ensemble`` is False (ignored otherwise).
         backbone: default ``"cnn_bn"`` (the 4-layer CNN with BatchNorm of FedBN's digits
             experiments). A backbone without BatchNorm makes ``private_bn`` a no-op.
+        mask_lr_scale: learning-rate multiplier of the mask network (1: the paper).
+        mask_init_bias: initial bias of the mask network's output layer (``None``: PyTorch's
+            default initialization, the paper's).
+        keep_budget: target share of kept features for the budget term, in ``[0, 1]``
+            (``None``: no term).
+        lambda_budget: weight of the budget term (0: off; needs ``keep_budget``).
         momentum: SGD momentum; the paper uses SGD, lr 0.01 (the base default), momentum 0.5.
         **kwargs: the base arguments (``lr``, ``optimizer``, ...); see
             :class:`~fedlight.clients.base.FederatedClient`.
 
     Raises:
-        ValueError: ``tau <= 0``, a negative ``lambda_*`` or an unknown ``solo_head``.
+        ValueError: ``tau <= 0``, a negative ``lambda_*``, an unknown ``solo_head``,
+            ``mask_lr_scale <= 0``, ``keep_budget`` outside ``[0, 1]`` or ``lambda_budget > 0``
+            without ``keep_budget``.
     """
 
     def __init__(
@@ -227,6 +251,10 @@ class FedPick(FederatedClient):
         private_pfsm: bool = True,
         ensemble: bool = True,
         solo_head: str = "global",
+        mask_lr_scale: float = 1.0,
+        mask_init_bias: float | None = None,
+        keep_budget: float | None = None,
+        lambda_budget: float = 0.0,
         backbone: str = "cnn_bn",
         momentum: float = 0.5,
         **kwargs: Any,
@@ -234,11 +262,12 @@ class FedPick(FederatedClient):
         if not tau > 0:
             raise ValueError(f"tau (Gumbel-Sigmoid temperature) must be > 0, got {tau}")
         for name, value in (("lambda_lce", lambda_lce), ("lambda_ent", lambda_ent),
-                            ("lambda_dis", lambda_dis)):
+                            ("lambda_dis", lambda_dis), ("lambda_budget", lambda_budget)):
             if not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         if solo_head not in SOLO_HEADS:
             raise ValueError(f"unknown solo_head {solo_head!r}; valid: {', '.join(SOLO_HEADS)}")
+        _check_selection_knobs(mask_lr_scale, keep_budget, lambda_budget)
         super().__init__(backbone=backbone, momentum=momentum, **kwargs)
         self.tau = float(tau)
         self.lambda_lce = float(lambda_lce)
@@ -250,8 +279,14 @@ class FedPick(FederatedClient):
         self.private_pfsm = bool(private_pfsm)
         self.ensemble = bool(ensemble)
         self.solo_head = solo_head
+        self.mask_lr_scale = float(mask_lr_scale)
+        self.mask_init_bias = mask_init_bias
+        self.keep_budget = keep_budget
+        self.lambda_budget = float(lambda_budget)
         self.pfsm = (FeatureSelector(self.model.feature_dim, self.num_classes)
                      if self.use_pfsm else None)
+        if self.pfsm is not None and mask_init_bias is not None:
+            nn.init.constant_(self.pfsm.mask_net[2].bias, float(mask_init_bias))
 
     # ----------------------------------------------------------------- partition
     def private_patterns(self) -> list[str]:
@@ -260,6 +295,15 @@ class FedPick(FederatedClient):
         if self.pfsm is not None and self.private_pfsm:
             patterns.append("pfsm.*")
         return patterns
+
+    def optimizer_param_groups(self) -> list[dict[str, Any]]:
+        """One group, or the mask network apart at ``mask_lr_scale`` times the learning rate."""
+        if self.pfsm is None or self.mask_lr_scale == 1.0:
+            return super().optimizer_param_groups()
+        mask = {id(p) for p in self.pfsm.mask_net.parameters()}
+        rest = [p for p in self.parameters() if id(p) not in mask]
+        return [{"params": rest}, {"params": list(self.pfsm.mask_net.parameters()),
+                                   "lr": self.lr * self.mask_lr_scale}]
 
     # ----------------------------------------------------------------- forward pass
     def select(self, z_g: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -324,9 +368,21 @@ class FedPick(FederatedClient):
                 loss_dis = symmetric_kl(out.logits_p, out.logits_g)
                 loss = loss + self.lambda_dis * loss_dis
                 self.log("loss_dis", loss_dis)
-            self.log("keep_ratio", out.mask.detach().mean())
+            if self.lambda_budget and self.keep_budget is not None:
+                assert out.soft_mask is not None
+                loss_budget = (out.soft_mask.mean() - self.keep_budget) ** 2
+                loss = loss + self.lambda_budget * loss_budget
+                self.log("loss_budget", loss_budget)
+            self._log_mask(out)
         self.log("train_loss", loss)
         return loss
+
+    def _log_mask(self, out: FedPickOutputs) -> None:
+        assert out.mask is not None and out.mask_logits is not None
+        logits = out.mask_logits.detach()
+        self.log("keep_ratio", out.mask.detach().mean())
+        self.log("keep_ratio_clean", (logits >= 0).float().mean())
+        self.log("mask_logit_abs", logits.abs().mean())
 
     # ----------------------------------------------------------------- analyses
     @torch.no_grad()
@@ -344,6 +400,16 @@ class FedPick(FederatedClient):
             total += logits.numel()
         self.train(was_training)
         return kept / max(total, 1)
+
+
+def _check_selection_knobs(mask_lr_scale: float, keep_budget: float | None,
+                           lambda_budget: float) -> None:
+    if not mask_lr_scale > 0:
+        raise ValueError(f"mask_lr_scale must be > 0, got {mask_lr_scale}")
+    if keep_budget is not None and not 0 <= keep_budget <= 1:
+        raise ValueError(f"keep_budget must be in [0, 1] (or null), got {keep_budget}")
+    if lambda_budget > 0 and keep_budget is None:
+        raise ValueError(f"lambda_budget={lambda_budget} needs keep_budget (a share in [0, 1])")
 
 
 __all__ = ["FedPick", "FedPickOutputs", "FeatureSelector", "feature_sparsity_ratio",

@@ -34,6 +34,9 @@ from fedlight.clients.base import FederatedClient, Phase
 from fedlight.data.datamodule import iterate_batches
 
 KT_LOSSES = ("kd", "mmd", "none")
+SCHEDULES = ("code", "paper")
+CODE_PERSONALIZE_LR_SCALE = 0.2  # the released code's learning rate of the personalization
+CODE_PERSONALIZE_MIN_STEPS = 5  # ... and its step count, max(10 % of the local steps, 5)
 MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
@@ -68,8 +71,9 @@ def mmd_loss(
     return kernel[:b, :b].mean() + kernel[b:, b:].mean() - 2 * kernel[:b, b:].mean()
 
 
-def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.9) -> float:
-    """The client-specific momentum ``mu_k = clip(mu * z_k / (Q * T), 0, 1)`` of the HPM update.
+def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.9,
+                 cap: float = 1.0) -> float:
+    """The client-specific momentum ``mu_k = clip(mu * z_k / (Q * T), 0, cap)`` of the HPM update.
 
     Args:
         selections: ``z_k``, the times the client was selected *before* the current round
@@ -78,8 +82,17 @@ def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.
         join_ratio: ``Q``.
         rounds: ``T``.
         mu: the macro momentum.
+        cap: the upper clip (the paper: 1, which freezes the HPM for good once
+            ``mu z_k >= Q T``; the authors' code: 0.9).
     """
-    return min(max(mu * selections / (join_ratio * rounds), 0.0), 1.0)
+    return min(max(mu * selections / (join_ratio * rounds), 0.0), cap)
+
+
+def batches_per_epoch(samples: int, batch_size: int) -> int:
+    """Optimizer steps of one epoch of ``iterate_batches`` (a trailing 1-sample batch is
+    dropped)."""
+    full, rest = divmod(samples, batch_size)
+    return max(full + (rest > 1 or (rest == 1 and samples == 1)), 1)
 
 
 # ===================================================================== the client
@@ -93,20 +106,33 @@ class MAP(RestrictedSoftmax, FederatedClient):
     the private partition and in checkpoints. With ``kt="none"`` there is no ``hpm`` at all
     (nothing would read it) and the client keeps no private state.
 
-    Local schedule of ``E = trainer.local_epochs`` epochs (:meth:`local_phases`):
+    Local schedule of ``E = trainer.local_epochs`` epochs (:meth:`local_phases`), two phases:
 
-    1. ``"rs"``: ``rs_epochs`` epochs (default ``ceil(E / 2)``: an odd ``E`` puts the extra
-       epoch here) of CE on the restricted logits ``a_c * g_c``. The scale multiplies the whole
+    1. ``"rs"``: CE on the restricted logits ``a_c * g_c``. The scale multiplies the whole
        logit, bias included (the paper omits the bias), so with ``a = 0`` no gradient at all
        reaches a missing class's row of the head. A class is observed when it occurs at least
        once in the client's training split. The upload is snapshotted here.
-    2. ``"personalize"``: ``personalize_epochs`` epochs (default ``E - rs_epochs``) at
-       ``personalize_lr_scale`` times the learning rate, continuing from the upload, on
-       ``(1 - lamda) CE(g, y) + lamda L_kt`` with the plain softmax. Before the client has an HPM
-       (its first participation) the loss is the plain ``CE(g, y)``. Each phase gets a fresh
-       optimizer (the SGD momentum buffer restarts), as the phases use different losses and
-       learning rates. ``E = 1`` therefore gives no personalization phase (the personalized
-       model is the upload) unless ``personalize_epochs`` is set.
+    2. ``"personalize"``: continuing from the upload, ``(1 - lamda) CE(g, y) + lamda L_kt``
+       with the plain softmax. Before the client has an HPM (its first participation) the loss
+       is the plain ``CE(g, y)``. Each phase gets a fresh optimizer (the SGD momentum buffer
+       restarts), as the phases use different losses and learning rates.
+
+    How long each phase is, ``schedule``:
+
+    * ``"code"`` (default; the authors' released code, which produced the paper's tables):
+      ``rs`` runs all ``E`` epochs, then ``personalize`` runs ``max(ceil(0.1 S), 5)``
+      optimizer steps, ``S`` the steps of the ``rs`` phase (whole epochs over the client's
+      data, the last one cut at that step count), at 0.2 x the learning rate. The upload thus
+      gets FedAvg's full local work. This is the default because it is the form that
+      reproduces the paper's claim that MAP aggregates at least as well as FedAvg: under the
+      paper's form, clients of ~40 samples upload after half of FedAvg's steps and MAP's
+      aggregation accuracy falls below FedAvg's (issue 16 of this project).
+    * ``"paper"`` (Algorithm 1): ``rs`` for ``ceil(E / 2)`` epochs (an odd ``E`` puts the extra
+      epoch here), ``personalize`` for the remaining ``E - ceil(E / 2)`` at the full learning
+      rate; ``E = 1`` gives no personalization phase (the personalized model is the upload).
+
+    ``rs_epochs``, ``personalize_epochs`` and ``personalize_lr_scale`` override the schedule's
+    values when set (``personalize_epochs`` then counts whole epochs; 0 skips the phase).
 
     ``L_kt``: ``"kd"`` (Eq. 11, ``tau^2 * mean KL(softmax(g_hpm / tau) || softmax(g / tau))``,
     ``tau = 4``) or ``"mmd"`` (Eq. 12, between the encoder outputs of the model and of the HPM,
@@ -114,7 +140,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
     squared distance of the pooled batch, no gradient through ``b``).
 
     Round end (:meth:`on_round_end`): ``hpm <- (1 - mu_k) personalized + mu_k hpm`` over every
-    parameter and floating buffer, ``mu_k = clip(mu z_k / (Q T), 0, 1)`` with ``z_k`` the
+    parameter and floating buffer, ``mu_k = clip(mu z_k / (Q T), 0, mu_cap)`` with ``z_k`` the
     earlier selections of the client (the first update copies the personalized model); then the
     HPM's BatchNorm running statistics are re-estimated on the client's training data (a
     cumulative average over its batches in order; nothing happens without BatchNorm).
@@ -128,31 +154,40 @@ class MAP(RestrictedSoftmax, FederatedClient):
     stored state, no local training) ``personalized`` is the global model and ``hpm`` the stored
     HPM.
 
-    Choices where the paper is silent, or where the released code differs (the code's schedule
-    is one config away: ``rs_epochs: E``, ``personalize_epochs: 1``, ``personalize_lr_scale:
-    0.2``; its "max(10 % of the steps, 5)" personalization steps become one epoch since phases
-    are whole epochs; its learning-rate warm-up, teacher-only softening in KD and the bug that
-    scales every logit by ``a`` are not reproduced; ``trainer.weighting: samples`` gives its
-    sample-weighted mean).
+    Paper form against the authors' code, the other differences: the code scales *every*
+    logit by ``a`` (``rs_mode: all``, a global temperature; default ``hard``, the paper's
+    Eq. 8, since the code's form is not a restricted softmax at all), caps ``mu_k`` at 0.9
+    (``mu_cap: 0.9``; default 1, the paper's, under which a client selected ``Q T / mu`` times
+    keeps its HPM frozen for good) and takes the sample-weighted mean of the uploads
+    (``trainer.weighting: samples``). Its learning-rate warm-up and teacher-only softening in
+    KD are not reproduced. ``configs/map/mnist5k_incomplete_authors_code.yaml`` sets all of it.
 
     Args:
         rs_alpha: ``a`` in ``[0, 1]``, the logit scale of missing classes (paper: 0.9; 1 is the
             plain softmax).
-        rs_mode: ``"hard"`` (MAP's Eq. 8) or ``"soft"`` (FedRS's ``a + (1 - a) p_c / max p``).
+        rs_mode: ``"hard"`` (MAP's Eq. 8, default), ``"soft"`` (FedRS's
+            ``a + (1 - a) p_c / max p``) or ``"all"`` (the released code: every logit times
+            ``a``).
         complete_classes: ``a_c = m_c / sum_j m_j`` (Sec. 5.4, complete classes); overrides
             ``rs_alpha`` and ``rs_mode``.
         kt: ``"kd"``, ``"mmd"`` or ``"none"`` (no transfer and no HPM: FedRS).
         lamda: ``lambda`` in ``[0, 1]``, the weight of ``L_kt`` (paper: 0.01).
         tau: KD temperature (paper: 4).
         mu: the macro momentum of the HPM update (paper: 0.9).
-        rs_epochs: epochs of phase 1; ``None`` = ``ceil(E / 2)``.
-        personalize_epochs: epochs of phase 2; ``None`` = ``E - rs_epochs`` (0 skips it).
-        personalize_lr_scale: learning-rate multiplier of phase 2.
+        mu_cap: the upper clip of ``mu_k``, in ``(0, 1]`` (paper: 1, default; code: 0.9).
+        schedule: ``"code"`` (default) or ``"paper"``: the phase lengths, see above.
+        rs_epochs: epochs of phase 1; ``None`` = the schedule's (code: ``E``, paper:
+            ``ceil(E / 2)``).
+        personalize_epochs: epochs of phase 2; ``None`` = the schedule's (code:
+            ``max(ceil(0.1 S), 5)`` steps, paper: ``E - rs_epochs`` epochs); 0 skips it.
+        personalize_lr_scale: learning-rate multiplier of phase 2; ``None`` = the schedule's
+            (code: 0.2, paper: 1).
         **kwargs: the base arguments (``backbone``, ``lr``, ...); see
             :class:`~fedlight.clients.base.FederatedClient`.
 
     Raises:
-        ValueError: an unknown ``rs_mode`` or ``kt``, or a value out of its range.
+        ValueError: an unknown ``rs_mode``, ``kt`` or ``schedule``, or a value out of its
+            range.
     """
 
     evaluate_after_local_training = True
@@ -166,9 +201,11 @@ class MAP(RestrictedSoftmax, FederatedClient):
         lamda: float = 0.01,
         tau: float = 4.0,
         mu: float = 0.9,
+        mu_cap: float = 1.0,
+        schedule: str = "code",
         rs_epochs: int | None = None,
         personalize_epochs: int | None = None,
-        personalize_lr_scale: float = 1.0,
+        personalize_lr_scale: float | None = None,
         **kwargs: Any,
     ) -> None:
         _check_range("lamda", lamda, 0.0, 1.0)
@@ -178,13 +215,17 @@ class MAP(RestrictedSoftmax, FederatedClient):
             raise ValueError(f"tau (KD temperature) must be positive, got {tau}")
         if not mu >= 0:
             raise ValueError(f"mu (macro momentum) must be >= 0, got {mu}")
+        if not 0 < mu_cap <= 1:
+            raise ValueError(f"mu_cap must be in (0, 1], got {mu_cap}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
         if rs_epochs is not None and rs_epochs < 1:
-            raise ValueError(f"rs_epochs must be at least 1 (or null for ceil(E/2)), got "
+            raise ValueError(f"rs_epochs must be at least 1 (or null for the schedule's), got "
                              f"{rs_epochs}")
         if personalize_epochs is not None and personalize_epochs < 0:
-            raise ValueError(f"personalize_epochs must be >= 0 (or null for E - rs_epochs), "
+            raise ValueError(f"personalize_epochs must be >= 0 (or null for the schedule's), "
                              f"got {personalize_epochs}")
-        if not personalize_lr_scale > 0:
+        if personalize_lr_scale is not None and not personalize_lr_scale > 0:
             raise ValueError(f"personalize_lr_scale must be positive, got {personalize_lr_scale}")
         super().__init__(rs_alpha=rs_alpha, rs_mode=rs_mode, complete_classes=complete_classes,
                          **kwargs)
@@ -192,8 +233,12 @@ class MAP(RestrictedSoftmax, FederatedClient):
         self.lamda = float(lamda)
         self.tau = float(tau)
         self.mu = float(mu)
+        self.mu_cap = float(mu_cap)
+        self.schedule = schedule
         self.rs_epochs = rs_epochs
         self.personalize_epochs = personalize_epochs
+        if personalize_lr_scale is None:
+            personalize_lr_scale = CODE_PERSONALIZE_LR_SCALE if schedule == "code" else 1.0
         self.personalize_lr_scale = float(personalize_lr_scale)
         self.hpm: nn.Module | None = None
         if kt != "none":
@@ -221,14 +266,30 @@ class MAP(RestrictedSoftmax, FederatedClient):
 
     # ----------------------------------------------------------------- schedule
     def local_phases(self, local_epochs: int) -> list[Phase]:
-        """``rs`` (upload after it) then ``personalize`` (skipped when it has 0 epochs)."""
-        rs = self.rs_epochs if self.rs_epochs is not None else math.ceil(local_epochs / 2)
-        personalize = (self.personalize_epochs if self.personalize_epochs is not None
-                       else max(local_epochs - rs, 0))
+        """``rs`` (upload after it) then ``personalize`` (skipped when it has 0 epochs), with
+        the lengths of ``schedule`` unless ``rs_epochs`` / ``personalize_epochs`` are set."""
+        code = self.schedule == "code"
+        rs = self.rs_epochs
+        if rs is None:
+            rs = local_epochs if code else math.ceil(local_epochs / 2)
         phases = [Phase("rs", rs, upload_after=True)]
-        if personalize > 0:
-            phases.append(Phase("personalize", personalize, lr_scale=self.personalize_lr_scale))
+        epochs, max_steps = self.personalize_epochs, None
+        if epochs is None and code:
+            per_epoch = self._steps_per_epoch()
+            max_steps = max(-(-rs * per_epoch // 10), CODE_PERSONALIZE_MIN_STEPS)  # 10 %
+            epochs = math.ceil(max_steps / per_epoch)
+        elif epochs is None:
+            epochs = max(local_epochs - rs, 0)
+        if epochs > 0:
+            phases.append(Phase("personalize", epochs, lr_scale=self.personalize_lr_scale,
+                                max_steps=max_steps))
         return phases
+
+    def _steps_per_epoch(self) -> int:
+        """Optimizer steps of one epoch over this client's data (1 without a context)."""
+        if self.context is None:
+            return 1
+        return batches_per_epoch(self.context.num_train_samples, self.context.batch_size)
 
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
         """Note whether this client has an HPM yet (one host read per round, not per step)."""
@@ -266,7 +327,8 @@ class MAP(RestrictedSoftmax, FederatedClient):
         """``mu_k`` for a client selected ``selections`` times before (Q, T from the context)."""
         if self.context is None:
             raise RuntimeError("MAP.hpm_mu needs the federated context (join ratio, rounds)")
-        return hpm_momentum(selections, self.context.join_ratio, self.context.rounds, self.mu)
+        return hpm_momentum(selections, self.context.join_ratio, self.context.rounds, self.mu,
+                            self.mu_cap)
 
     @torch.no_grad()
     def on_round_end(self) -> None:

@@ -184,6 +184,11 @@ class Privatize(FederatedClient):
         combine: how two outputs make the prediction: ``"mean"`` of the two probability
             vectors (the paper's text, default) or their normalized ``"product"`` (the authors'
             fixed-split evaluation code). Training is the same for both (sum of two CEs).
+        evaluate_after_training: score the personalized accuracy on each participant right
+            after its local training (default: the paper's Def. 3.3 and the authors' code);
+            False scores every client from its stored state after aggregation (fedlight's
+            protocol for the other methods). The aggregation accuracy (the shared model on
+            the global test set) is the same under both.
         **kwargs: the base client's arguments (``backbone``, ``lr``, ...).
 
     Construction: the blocks of a plain backbone, built first (so it draws the same random
@@ -226,6 +231,7 @@ class Privatize(FederatedClient):
         way: str = "AaB",
         cut: str = "coarse",
         combine: str = "mean",
+        evaluate_after_training: bool = True,
         **kwargs: Any,
     ) -> None:
         if combine not in COMBINES:
@@ -234,6 +240,7 @@ class Privatize(FederatedClient):
         self.way = way
         self.cut = cut
         self.combine = combine
+        self.evaluate_after_local_training = bool(evaluate_after_training)
         self.block_names = self.model.block_names(cut)
         self.copies = parse_way(way, self.block_names)
         self.letters = [c.lower() for c in _LETTERS[:len(self.block_names)]]

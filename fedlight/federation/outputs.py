@@ -17,6 +17,9 @@ HEADLINE_COLUMNS = (
     "train_loss", "seconds",
 )
 SUMMARY_METRICS = ("personalized_accuracy", "global_accuracy")
+#: ``mean_last_<metric>`` in the summary averages this many last evaluated rounds: unlike the
+#: best round, it is not biased upward when each round scores a different client subset
+MEAN_LAST_ROUNDS = 10
 
 
 def normalize_loggers(logger: bool | str | Sequence[str]) -> list[str]:
@@ -164,7 +167,8 @@ class RunFolder:
 
 
 def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Best and last of every accuracy column (``None`` where the method has no such model)."""
+    """Best, last and mean of the last ``MEAN_LAST_ROUNDS`` evaluated rounds of every accuracy
+    column (``None`` where the method has no such model)."""
     summary: dict[str, Any] = {}
     accuracy_keys = [k for k in (history[0] if history else {}) if k.endswith("accuracy")]
     for key in dict.fromkeys([*SUMMARY_METRICS, *accuracy_keys]):
@@ -174,6 +178,8 @@ def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) ->
         summary[f"best_{key}"] = best[0]
         summary[f"best_{key}_round"] = best[1]
         summary[f"last_{key}"] = values[-1][0] if values else None
+        tail = [value for value, _ in values[-MEAN_LAST_ROUNDS:]]
+        summary[f"mean_last_{key}"] = sum(tail) / len(tail) if tail else None
     summary.update(extra)
     return summary
 
