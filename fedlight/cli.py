@@ -15,7 +15,10 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ class FedlightCLI(LightningCLI):
     """
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
+        self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
         super().__init__(
             model_class=FederatedClient,
             datamodule_class=FederatedDataModule,
@@ -83,9 +87,26 @@ class FedlightCLI(LightningCLI):
         if not isinstance(trainer, FederatedTrainer):
             trainer = FederatedTrainer(**{**trainer, **kwargs})
         if self.subcommand is not None:
-            trainer.run_config = self._parser(self.subcommand).dump(
-                self.config[self.subcommand], skip_none=False)
+            with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
+                warnings.filterwarnings("ignore", message="(?s).*skip_none")
+                trainer.run_config = self._parser(self.subcommand).dump(
+                    self.config[self.subcommand], skip_none=False)
+        trainer.command = command_without_ckpt_path(self.argv)
         return trainer
+
+
+def command_without_ckpt_path(argv: list[str]) -> str:
+    """``fedlight <argv>`` without its ``--ckpt_path`` option, quoted for a shell."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return shlex.join(["fedlight", *kept])
 
 
 def export_partition(argv: list[str]) -> None:
@@ -130,11 +151,16 @@ TOOLS = {"export-partition": export_partition, "report": report, "interpolate": 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``fedlight`` console script."""
     argv = list(sys.argv[1:] if args is None else args)
-    if argv and argv[0] in TOOLS:
-        TOOLS[argv[0]](argv[1:])
-        return
-    # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
-    FedlightCLI(args=argv if args is not None else None)
+    try:
+        if argv and argv[0] in TOOLS:
+            TOOLS[argv[0]](argv[1:])
+            return
+        # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
+        FedlightCLI(args=argv if args is not None else None)
+    except KeyboardInterrupt:  # the trainer already said what was kept and how to resume
+        if os.environ.get("FEDLIGHT_DEBUG"):
+            raise
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -105,15 +106,34 @@ class RunWriter:
             print(final_table(summary))
         return summary
 
-    def close(self, failed: bool = False) -> None:
-        """Close the loggers; on a failure before any checkpoint, remove the folder (nothing
-        complete to keep)."""
+    def close(self, failed: bool = False, rounds_done: int = 0) -> None:
+        """Close the loggers. A run that failed before its first round completed (and holds no
+        checkpoint) leaves nothing worth keeping: its folder is removed. A run stopped later
+        keeps everything it wrote."""
         if self.folder is None:
             return
-        if failed and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
+        if failed and rounds_done == 0 and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
             self.folder.remove()
         else:
             self.folder.close()
+
+    def announce(self, action: str, checkpoint_file: Path | None, rounds_done: int) -> None:
+        """One line naming the run and round a checkpoint resumes or evaluates."""
+        if self.dist.is_writer and self.verbose and checkpoint_file is not None:
+            print(f"fedlight: {action} run {checkpoint_file.parent.parent} at round "
+                  f"{rounds_done} ({checkpoint_file})", flush=True)
+
+    def report_stop(self, rounds_done: int, rounds_saved: int, resume: str) -> None:
+        """One line on stderr after a stopped run: what was kept and how to resume."""
+        if not self.dist.is_writer or self.folder is None or not self.folder.path.exists():
+            return
+        if rounds_saved:
+            how = (f"checkpoint at round {rounds_saved} in {self.folder.checkpoint_dir / LAST}; "
+                   f"resume with: {resume}")
+        else:
+            how = "no checkpoint was written yet, so it cannot be resumed"
+        print(f"fedlight: stopped after round {rounds_done}; kept {self.folder.path} "
+              f"(metrics.csv); {how}", file=sys.stderr, flush=True)
 
     def print_metrics(self, stage: str, metrics: Mapping[str, Any]) -> None:
         if self.dist.is_writer:

@@ -22,6 +22,7 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
+from fedlight.federation.interrupt import RunInterrupted, StopSignals
 from fedlight.federation.launch import check_scale_options, launch, make_fabric, needs_launch
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.outputs import normalize_loggers
@@ -152,6 +153,7 @@ class FederatedTrainer:
         self.threads = threads
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
+        self.command: str | None = None  # the command line that started the run, set by the CLI
         self.history: list[dict[str, Any]] = []
 
     @property
@@ -201,14 +203,19 @@ class FederatedTrainer:
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
         self.writer.open(checkpoint_file, self._write_header, self._hyperparameters())
+        self.rounds_done = self.rounds_saved = 0
         try:
-            start = self._restore(checkpoint) if checkpoint else 0
+            if checkpoint:
+                self.rounds_done = self.rounds_saved = self._restore(checkpoint)
+                self.writer.announce("resuming", checkpoint_file, self.rounds_done)
             for probe in self.probes:
                 probe.setup(self)
-            self._fit_rounds(start)
+            self._fit_rounds(self.rounds_done)
             summary = self._finish()
-        except BaseException:
-            self.writer.close(failed=True)
+        except BaseException as error:
+            self.writer.close(failed=True, rounds_done=self.rounds_done)
+            if isinstance(error, KeyboardInterrupt):
+                self.writer.report_stop(self.rounds_done, self.rounds_saved, self._resume_hint())
             raise
         finally:
             self.client.capture_logs(False)
@@ -298,16 +305,29 @@ class FederatedTrainer:
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
-        with self.writer.progress(self.rounds) as progress:
+        """Rounds ``start_round`` .. ``rounds - 1``; a first SIGINT / SIGTERM ends the loop after
+        the round in progress, with a checkpoint of it (RunInterrupted)."""
+        with (self.writer.progress(self.rounds) as progress,
+              StopSignals(announce=self.dist.is_writer) as signals):
             progress.advance_to(start_round)
             for round_idx in range(start_round, self.rounds):
                 row = self._run_round(round_idx)
                 if row is not None:
                     self.history.append(row)
                     self.writer.append(row)
-                progress.update(round_idx + 1, self.history[-1] if self.history else {})
-                if (round_idx + 1) % self.checkpoint_every == 0 or round_idx + 1 == self.rounds:
-                    self._save_checkpoint(round_idx + 1)
+                self.rounds_done = round_idx + 1
+                progress.update(self.rounds_done, self.history[-1] if self.history else {})
+                stop = bool(self.dist.broadcast(signals.requested))  # rank 0 decides for all
+                if stop or self.rounds_done % self.checkpoint_every == 0 or (
+                        self.rounds_done == self.rounds):
+                    self._save_checkpoint(self.rounds_done)
+                if stop and self.rounds_done < self.rounds:
+                    raise RunInterrupted(self.rounds_done)
+
+    def _resume_hint(self) -> str:
+        if self.command:
+            return f"{self.command} --ckpt_path last"
+        return "fit(...) with the same configuration and ckpt_path='last'"
 
     def _run_round(self, round_idx: int) -> dict[str, Any] | None:
         evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
@@ -342,6 +362,7 @@ class FederatedTrainer:
             self.writer.save_checkpoint(run_checkpoint(
                 rounds_done, type(self.client).__name__, self.server, population,
                 grad_scale=self.grad_scale.value, history=self.history, totals=self.totals))
+        self.rounds_saved = rounds_done
 
     def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         check_compatible(checkpoint, type(self.client).__name__,
@@ -381,6 +402,7 @@ class FederatedTrainer:
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
             self.writer.open_existing(file)
             rounds_done = self._restore(checkpoint, states_only=True)
+            self.writer.announce("evaluating", file, rounds_done)
             metrics = self.evaluator.evaluate(self.client, self.server, rounds_done, None)
         finally:
             self.client.capture_logs(False)

@@ -1,0 +1,95 @@
+"""Interrupt safety, exact resumes and refused resumes of changed configurations."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedlight.cli import main
+from fedlight.clients import FedAvg
+from fedlight.federation.checkpoint import load_checkpoint
+from tests.conftest import make_client, tiny_data, tiny_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {
+    "model": {"class_path": "FedAvg", "init_args": {"backbone": "mlp", "lr": 0.1}},
+    "data": {"source": "synthetic", "num_clients": 4, "partition": "iid",
+             "synthetic_samples": 240, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
+             "min_client_size": 5},
+    "trainer": {"rounds": 12, "batch_size": 16, "accelerator": "cpu", "checkpoint_every": 100,
+                "logger": "csv", "seed": 0, "progress_bar": False},
+}
+
+
+def tiny_config(tmp_path: Path, root: Path, **trainer: object) -> str:
+    config = {**TINY, "trainer": {**TINY["trainer"], "default_root_dir": str(root), **trainer}}
+    path = tmp_path / f"tiny-{len(list(tmp_path.glob('tiny-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def wait_for_rows(path: Path, count: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) > count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never reached {count} rows (exit code {process.poll()})")
+
+
+def test_sigint_keeps_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
+    runs = tmp_path / "runs"
+    config = tiny_config(tmp_path, runs)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "fedlight.cli", "fit", "-c", config],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    run_dir = runs / "fedavg-synthetic-iid-s0"
+    wait_for_rows(run_dir / "metrics.csv", 2, process, timeout=120)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    kept = rows(run_dir)
+    assert 2 <= len(kept) < 12
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert checkpoint["rounds_done"] == len(kept)  # the state after the last completed round
+    assert f"stopped after round {len(kept)}" in stderr
+    assert "--ckpt_path last" in stderr and config in stderr
+    assert len(stderr.strip().splitlines()) <= 2
+
+    main(["fit", "-c", config, "--ckpt_path", "last"])
+    reference = tmp_path / "reference"
+    main(["fit", "-c", config, "--trainer.default_root_dir", str(reference)])
+    resumed, uninterrupted = rows(run_dir), rows(reference / run_dir.name)
+    assert len(resumed) == len(uninterrupted) == 12
+    for a, b in zip(resumed, uninterrupted, strict=True):
+        for column in ("personalized_accuracy", "global_accuracy", "train_loss"):
+            assert float(a[column]) == pytest.approx(float(b[column]), rel=1e-6), column
+
+
+class FailsInRoundTwo(FedAvg):
+    def on_round_start(self, round, message):
+        if round == 1:
+            raise RuntimeError("disk full")
+        super().on_round_start(round, message)
+
+
+def test_a_failure_after_the_first_round_keeps_the_run_folder(tmp_path):
+    with pytest.raises(RuntimeError, match="disk full"):
+        tiny_trainer(tmp_path, rounds=3, run_name="late", checkpoint_every=10).fit(
+            make_client(FailsInRoundTwo), tiny_data())
+    assert len(rows(tmp_path / "late")) == 1
