@@ -93,3 +93,29 @@ def test_a_failure_after_the_first_round_keeps_the_run_folder(tmp_path):
         tiny_trainer(tmp_path, rounds=3, run_name="late", checkpoint_every=10).fit(
             make_client(FailsInRoundTwo), tiny_data())
     assert len(rows(tmp_path / "late")) == 1
+
+
+def test_a_resume_under_a_changed_configuration_is_refused_naming_the_keys(tmp_path):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    before = rows(tmp_path / "r")
+    changed = tiny_trainer(tmp_path, rounds=3, run_name="r", seed=1, join_ratio=0.5)
+    with pytest.raises(ValueError) as error:
+        changed.fit(make_client(FedAvg), tiny_data(train_fraction=0.5), ckpt_path="last")
+    message = str(error.value)
+    for key in ("data.train_fraction: 0.75 -> 0.5", "trainer.seed: 0 -> 1",
+                "trainer.join_ratio: 1.0 -> 0.5"):
+        assert key in message
+    assert "trainer.rounds:" not in message  # extending a run is allowed
+    assert rows(tmp_path / "r") == before
+    with pytest.raises(ValueError, match=r"model.lr: 0.1 -> 0.2"):
+        tiny_trainer(tmp_path, run_name="r").test(make_client(FedAvg, lr=0.2), tiny_data())
+
+
+def test_extending_rounds_resumes_and_says_which_run(tmp_path, capsys):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    tiny_trainer(tmp_path, rounds=3, run_name="r").fit(make_client(FedAvg), tiny_data(),
+                                                       ckpt_path="last")
+    assert f"resuming run {tmp_path / 'r'} at round 2" in capsys.readouterr().out
+    assert [row["round"] for row in rows(tmp_path / "r")] == ["1", "2", "3"]
+    tiny_trainer(tmp_path, run_name="r").validate(make_client(FedAvg), tiny_data())
+    assert f"evaluating run {tmp_path / 'r'} at round 3" in capsys.readouterr().out

@@ -4,6 +4,7 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -150,8 +151,29 @@ def describe_run(client: Any, datamodule: Any, server: Any,
                  trainer: Mapping[str, Any]) -> dict[str, Any]:
     """The hyper-parameters logged with a run (and written as config.yaml from Python)."""
     return {"method": type(client).__name__, "server": type(server).__name__,
-            "model": dict(client.hparams), "data": dict(datamodule.hparams),
-            "trainer": dict(trainer)}
+            "server_options": rule_options(server), "model": dict(client.hparams),
+            "data": dict(datamodule.hparams), "trainer": dict(trainer)}
+
+
+def rule_options(rule: Any) -> dict[str, Any]:
+    """A server rule's constructor arguments, as far as the rule (or one of its parts, such as
+    a DP mechanism) keeps them under their own name; a wrapped rule is described in turn."""
+    from fedlight.federation.server.base import ServerRule
+
+    parts = [rule, *(v for v in vars(rule).values()
+                     if hasattr(v, "__dict__") and not isinstance(v, ServerRule))]
+    options: dict[str, Any] = {}
+    for name in list(inspect.signature(type(rule).__init__).parameters)[1:]:
+        for part in parts:
+            value = vars(part).get(name)
+            if isinstance(value, ServerRule):
+                options[name] = {"class": type(value).__name__, **rule_options(value)}
+            elif isinstance(value, (bool, int, float, str)):
+                options[name] = value
+            else:
+                continue
+            break
+    return options
 
 
 def to_yaml(obj: Mapping[str, Any]) -> str:

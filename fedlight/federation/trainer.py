@@ -19,7 +19,13 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
+from fedlight.federation.checkpoint import (
+    RESUMABLE_CHANGES,
+    check_compatible,
+    check_same_config,
+    load_checkpoint,
+    run_checkpoint,
+)
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.interrupt import RunInterrupted, StopSignals
@@ -151,6 +157,7 @@ class FederatedTrainer:
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
         self.threads = threads
+        self.precision = precision
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.command: str | None = None  # the command line that started the run, set by the CLI
@@ -202,6 +209,8 @@ class FederatedTrainer:
             ckpt_path and self.dist.is_writer) else None
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
+        if checkpoint:
+            self._check_checkpoint(checkpoint)
         self.writer.open(checkpoint_file, self._write_header, self._hyperparameters())
         self.rounds_done = self.rounds_saved = 0
         try:
@@ -299,9 +308,10 @@ class FederatedTrainer:
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                  "weighting", "drop_rate")
+                  "weighting", "drop_rate", "reinitialize")
         return describe_run(self.client, self.datamodule, self.server,
-                            {k: getattr(self, k) for k in fields})
+                            {**{k: getattr(self, k) for k in fields}, **self.local_options,
+                             "precision": self.precision})
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
@@ -361,12 +371,19 @@ class FederatedTrainer:
         if self.dist.is_writer:
             self.writer.save_checkpoint(run_checkpoint(
                 rounds_done, type(self.client).__name__, self.server, population,
-                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals))
+                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals,
+                config=self._hyperparameters()))
         self.rounds_saved = rounds_done
 
-    def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
+    def _check_checkpoint(self, checkpoint: dict[str, Any], states_only: bool = False) -> None:
+        """Refuse a checkpoint of another method, rule or configuration (evaluating one,
+        ``states_only``, only needs the same method, model and data)."""
         check_compatible(checkpoint, type(self.client).__name__,
                          None if states_only else type(self.server).__name__)
+        ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
+        check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
+
+    def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         self.server.load_state_dict(checkpoint["server"])
         self.server.to(self.fabric.device)
         self.population.restore(checkpoint)
@@ -400,6 +417,7 @@ class FederatedTrainer:
         try:
             file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
+            self._check_checkpoint(checkpoint, states_only=True)
             self.writer.open_existing(file)
             rounds_done = self._restore(checkpoint, states_only=True)
             self.writer.announce("evaluating", file, rounds_done)
