@@ -15,7 +15,6 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import warnings
@@ -31,6 +30,7 @@ import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
+from fedlight.errors import USER_ERRORS, FedlightParser, debugging, exit_with_error
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -47,6 +47,7 @@ class FedlightCLI(LightningCLI):
             model_class=FederatedClient,
             datamodule_class=FederatedDataModule,
             trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+            parser_class=FedlightParser,
             subclass_mode_model=True,
             save_config_callback=None,
             auto_configure_optimizers=False,
@@ -158,9 +159,13 @@ def main(args: list[str] | None = None) -> None:
         # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
         FedlightCLI(args=argv if args is not None else None)
     except KeyboardInterrupt:  # the trainer already said what was kept and how to resume
-        if os.environ.get("FEDLIGHT_DEBUG"):
+        if debugging():
             raise
         sys.exit(130)
+    except USER_ERRORS as error:
+        if debugging():
+            raise
+        exit_with_error(error)
 
 
 if __name__ == "__main__":
