@@ -30,7 +30,7 @@ import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
-from fedlight.errors import USER_ERRORS, FedlightParser, debugging, exit_with_error
+from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, exit_with_error
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -148,16 +148,60 @@ def interpolate(argv: list[str]) -> None:
 
 TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate}
 
+#: One line per subcommand, in the order of ``fedlight --help``.
+COMMANDS = {
+    "fit": "train a federated run (resume one with --ckpt_path last)",
+    "validate": "evaluate a run's checkpoint on the local and global test data",
+    "test": "validate, and write test_metrics.json into the run folder",
+    "report": "tables and plots of finished runs (RUN_DIR... --out DIR)",
+    "export-partition": "write a run's or a config's split in PFLlib's folder layout",
+    "interpolate": "the privatization paper's alpha/beta interpolation grid of a run",
+}
+
+
+def overview() -> str:
+    """The text of ``fedlight --help``: every subcommand in one line."""
+    lines = ["fedlight: personalized federated learning on PyTorch Lightning", "",
+             "usage: fedlight <command> [options]", "", "commands:"]
+    lines += [f"  {name:<18}{text}" for name, text in COMMANDS.items()]
+    lines += ["", "fedlight <command> --help          the options of a command",
+              "fedlight fit --model GPFL --help    the options of a method (any client class)",
+              "fedlight fit -c CONFIG.yaml         run a config (see configs/)",
+              "errors print one line; FEDLIGHT_DEBUG=1 shows the traceback"]
+    return "\n".join(lines)
+
+
+def model_help(argv: list[str]) -> list[str]:
+    """``fit --model GPFL --help`` -> ``fit --model.help GPFL`` (the method's own options);
+    any other command line unchanged."""
+    if len(argv) < 2 or argv[0] not in ("fit", "validate", "test") or not (
+            {"-h", "--help"} & set(argv)):
+        return argv
+    for i, arg in enumerate(argv):
+        if arg.startswith("--model="):
+            return [argv[0], "--model.help", arg.split("=", 1)[1]]
+        if arg == "--model" and i + 1 < len(argv):
+            return [argv[0], "--model.help", argv[i + 1]]
+    return argv
+
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``fedlight`` console script."""
     argv = list(sys.argv[1:] if args is None else args)
     try:
-        if argv and argv[0] in TOOLS:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(overview())
+            return
+        if not argv[0].startswith("-") and argv[0] not in COMMANDS:
+            raise UsageError(f"unknown command {argv[0]!r}; valid: {', '.join(COMMANDS)}")
+        if argv[0] in TOOLS:
             TOOLS[argv[0]](argv[1:])
             return
-        # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
-        FedlightCLI(args=argv if args is not None else None)
+        if args is None:  # LightningCLI reads the console's sys.argv itself (args too warns)
+            sys.argv[1:] = model_help(argv)
+            FedlightCLI()
+        else:
+            FedlightCLI(args=model_help(argv))
     except KeyboardInterrupt:  # the trainer already said what was kept and how to resume
         if debugging():
             raise

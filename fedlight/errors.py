@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -25,7 +25,12 @@ class UsageError(Exception):
 
 
 class FedlightParser(LightningArgumentParser):
-    """A parser whose errors are raised (as UsageError) instead of printed with the usage."""
+    """A parser named fedlight whose errors are raised (as UsageError) instead of printed
+    with the usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prog", "fedlight")
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
         raise UsageError(message) from ex

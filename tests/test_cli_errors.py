@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli import main
+from fedlight.cli import TOOLS, FedlightCLI, main
 
 ROOT = Path(__file__).resolve().parents[1] / "configs"
 DIRICHLET = str(ROOT / "fedavg/mnist5k_dirichlet.yaml")
@@ -59,3 +59,22 @@ def test_the_debug_switch_shows_the_exception(monkeypatch):
     monkeypatch.setenv("FEDLIGHT_DEBUG", "1")
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         main(["fit", "-c", DIRICHLET, "--trainer.rounds", "0"])
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("fedlight")
+    for command in [*FedlightCLI.subcommands(), *TOOLS]:
+        assert f"\n  {command} " in out
+
+
+@pytest.mark.parametrize("form", [["--model", "GPFL", "--help"], ["--model=GPFL", "-h"],
+                                  ["--model.help", "GPFL"]])
+def test_fit_model_help_prints_the_methods_options(form, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *form])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--model.lamda" in out and "--model.use_cov" in out  # GPFL's own switches
+    assert "--trainer.rounds" not in out

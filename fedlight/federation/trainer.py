@@ -192,13 +192,18 @@ class FederatedTrainer:
     # ================================================================= public API
     def fit(self, model: FederatedClient, datamodule: FederatedDataModule,
             ckpt_path: str | None = None, server: ServerRule | None = None) -> dict[str, Any]:
-        """Train for ``rounds`` rounds and return the summary.
+        """Train a federated run for trainer.rounds rounds and return its summary.
+
+        A first Ctrl-C (SIGINT) or SIGTERM finishes the round in progress, checkpoints it and
+        stops, printing how to resume; a second one stops at once.
 
         Args:
             model: the client module (any fedlight client class).
             datamodule: the federated data.
-            ckpt_path: resume from this checkpoint, or ``last`` for this configuration's newest
-                run.
+            ckpt_path: resume a run: a checkpoint file, or last for the newest
+                checkpoints/last.ckpt of the run this configuration names (folder run_name or
+                run_name-vN). The configuration must be the run's own (only trainer.rounds may
+                change); the run and round resumed are printed.
             server: a server rule replacing the method's own (e.g. FedAdam, Krum, DPFedAvg),
                 where the method allows it; None = the method's configure_server().
         """
@@ -233,14 +238,26 @@ class FederatedTrainer:
 
     def validate(self, model: FederatedClient, datamodule: FederatedDataModule,
                  ckpt_path: str | None = "last") -> dict[str, float]:
-        """Evaluate a saved run's checkpoint on every client's local test split and on the
-        global test set; print and return the metrics."""
+        """Evaluate a run's checkpoint on the clients' local test splits and the global test.
+
+        Args:
+            model: the client module the run trained.
+            datamodule: the run's federated data.
+            ckpt_path: a checkpoint file, or last for the newest checkpoint of the run this
+                configuration names.
+        """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "validate")
 
     def test(self, model: FederatedClient, datamodule: FederatedDataModule,
              ckpt_path: str | None = "last") -> dict[str, float]:
-        """Same as validate (clients hold a train and a test split only); writes
-        test_metrics.json into the run folder."""
+        """Evaluate a run's checkpoint like validate and write test_metrics.json.
+
+        Args:
+            model: the client module the run trained.
+            datamodule: the run's federated data.
+            ckpt_path: a checkpoint file, or last for the newest checkpoint of the run this
+                configuration names.
+        """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "test")
 
     def load_client(self, client_id: int, round_idx: int) -> FederatedClient:
