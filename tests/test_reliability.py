@@ -119,3 +119,11 @@ def test_extending_rounds_resumes_and_says_which_run(tmp_path, capsys):
     assert [row["round"] for row in rows(tmp_path / "r")] == ["1", "2", "3"]
     tiny_trainer(tmp_path, run_name="r").validate(make_client(FedAvg), tiny_data())
     assert f"evaluating run {tmp_path / 'r'} at round 3" in capsys.readouterr().out
+
+
+def test_without_a_terminal_each_evaluated_round_prints_one_plain_line(tmp_path, capsys):
+    tiny_trainer(tmp_path, rounds=4, eval_every=2, progress_bar=True, verbose=False).fit(
+        make_client(FedAvg), tiny_data())  # pytest's captured stdout is not a terminal
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["round 2/4", "round 4/4"]
+    assert all("pers 0." in line and "glob 0." in line for line in lines)
