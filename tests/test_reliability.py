@@ -127,3 +127,33 @@ def test_without_a_terminal_each_evaluated_round_prints_one_plain_line(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("  ")[0] for line in lines] == ["round 2/4", "round 4/4"]
     assert all("pers 0." in line and "glob 0." in line for line in lines)
+
+
+def test_best_checkpoint_is_chosen_on_validation_and_restores_the_reported_metrics(tmp_path):
+    data = tiny_data(val_fraction=0.25)
+    data.setup()
+    for split in data.splits:  # validation is cut from training, disjoint from test
+        assert len(split.val) and not set(split.val) & (set(split.train) | set(split.test))
+    trainer = tiny_trainer(tmp_path, rounds=5, run_name="v", checkpoint_every=10)
+    summary = trainer.fit(make_client(FedAvg, lr=0.3), data)
+    history = rows(tmp_path / "v")
+    val = [float(r["val_personalized_accuracy"]) for r in history]
+    best_round = max(range(len(val)), key=lambda i: (val[i], i)) + 1
+    assert summary["best_selected_on"] == "validation"
+    assert summary["best_personalized_accuracy_round"] == best_round
+    reported = float(history[best_round - 1]["personalized_accuracy"])
+    assert summary["best_personalized_accuracy"] == pytest.approx(reported)
+    best = tmp_path / "v" / "checkpoints" / "best.ckpt"
+    assert load_checkpoint(best)["rounds_done"] == best_round
+    metrics = tiny_trainer(tmp_path, run_name="v").test(make_client(FedAvg, lr=0.3),
+                                                        tiny_data(val_fraction=0.25), "best")
+    assert metrics["personalized_accuracy"] == pytest.approx(reported)
+    assert metrics["val_personalized_accuracy"] == pytest.approx(val[best_round - 1])
+
+
+def test_without_validation_the_protocol_is_unchanged(tmp_path):
+    summary = tiny_trainer(tmp_path, rounds=2, run_name="t").fit(make_client(FedAvg),
+                                                                 tiny_data())
+    assert summary["best_selected_on"] == "test"
+    assert "val_personalized_accuracy" not in rows(tmp_path / "t")[0]
+    assert not (tmp_path / "t" / "checkpoints" / "best.ckpt").exists()

@@ -22,30 +22,35 @@ from fedlight.federation.server.base import ServerRule, move
 
 CHECKPOINT_VERSION = 2
 LAST = "last.ckpt"
+BEST = "best.ckpt"  # the round chosen on validation (data.val_fraction > 0)
+#: ``ckpt_path`` names that pick a file of this configuration's newest run.
+NAMED = {"last": LAST, "best": BEST}
 #: Configuration entries a resumed run may change: they do not change what is trained
 #: (``trainer.rounds`` extends or shortens the run; the others only say where data is read).
 RESUMABLE_CHANGES = ("trainer.rounds", "data.root", "data.download", "data.batch_size")
 
 
 def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
-    """The checkpoint file ``ckpt_path`` names: a path, or ``last`` for the newest
-    ``<root>/<run_name>[-v<k>]/checkpoints/last.ckpt``.
+    """The checkpoint file ``ckpt_path`` names: a path, or ``last`` (``best``) for the newest
+    ``<root>/<run_name>[-v<k>]/checkpoints/last.ckpt`` (``best.ckpt``).
 
     Raises:
         FileNotFoundError: no such file / no such run, naming what was looked for.
     """
-    if ckpt_path != "last":
+    if ckpt_path not in NAMED:
         path = Path(ckpt_path)
         if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist")
+            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist; give a "
+                                    "checkpoint file, last or best")
         return path
+    name = NAMED[ckpt_path]
     pattern = re.compile(rf"{re.escape(run_name)}(-v\d+)?")
-    candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{LAST}")
+    candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{name}")
                   if pattern.fullmatch(p.parent.parent.name)]
     if not candidates:
         raise FileNotFoundError(
-            f"ckpt_path='last' but no run named {run_name!r} with checkpoints/{LAST} exists "
-            f"under {str(root)!r}; pass a checkpoint path or run fit first")
+            f"ckpt_path={ckpt_path!r} but no run named {run_name!r} with checkpoints/{name} "
+            f"exists under {str(root)!r}; pass a checkpoint path or run fit first")
     return max(candidates, key=lambda p: p.stat().st_mtime)
 
 
@@ -132,6 +137,7 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
 
 
 __all__ = [
-    "CHECKPOINT_VERSION", "LAST", "RESUMABLE_CHANGES", "check_compatible", "check_same_config",
-    "find_checkpoint", "flatten_config", "load_checkpoint", "run_checkpoint", "save_checkpoint",
+    "BEST", "CHECKPOINT_VERSION", "LAST", "NAMED", "RESUMABLE_CHANGES", "check_compatible",
+    "check_same_config", "find_checkpoint", "flatten_config", "load_checkpoint",
+    "run_checkpoint", "save_checkpoint",
 ]

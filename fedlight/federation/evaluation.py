@@ -128,8 +128,13 @@ class Evaluator:
             self._fine_tune(client, client_id, round_idx, phases)
         client.eval()
         x, y = self.population.test_data[client_id]
+        val_x, val_y = self.population.val_data[client_id]
         with self.fabric.autocast():
-            return score_outputs(client.eval_outputs, x, y, self.batch_size)
+            scores = score_outputs(client.eval_outputs, x, y, self.batch_size)
+            if len(val_y):  # data.val_fraction > 0: the same model on the validation split
+                scores.update({f"val_{name}": score for name, score in score_outputs(
+                    client.eval_outputs, val_x, val_y, self.batch_size).items()})
+        return scores
 
     def _fine_tune(self, client: FederatedClient, client_id: int, round_idx: int,
                    phases: list[Any]) -> None:

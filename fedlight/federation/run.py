@@ -85,9 +85,9 @@ class RunWriter:
     def append(self, row: dict[str, Any]) -> None:
         self.folder.append_row(row)
 
-    def save_checkpoint(self, state: dict[str, Any]) -> None:
+    def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> None:
         if self.dist.is_writer:
-            save_checkpoint(state, self.folder.checkpoint_dir / LAST)
+            save_checkpoint(state, self.folder.checkpoint_dir / name)
 
     # ----------------------------------------------------------------- closing
     def finish(self, history: list[dict[str, Any]], extra: Mapping[str, Any],

@@ -10,6 +10,7 @@ one and results do not depend on the order or process in which clients are train
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from torch import Tensor
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import (
+    BEST,
+    LAST,
     RESUMABLE_CHANGES,
     check_compatible,
     check_same_config,
@@ -39,6 +42,9 @@ from fedlight.federation.run import RunWriter, default_run_name, describe_run, t
 from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
 from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, reinitialize
+
+#: The column a best round is chosen on when data.val_fraction > 0.
+VALIDATION_KEY = "val_personalized_accuracy"
 
 
 class FederatedTrainer:
@@ -243,7 +249,8 @@ class FederatedTrainer:
         Args:
             model: the client module the run trained.
             datamodule: the run's federated data.
-            ckpt_path: a checkpoint file, or last for the newest checkpoint of the run this
+            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
+                with data.val_fraction > 0) for the newest checkpoint of the run this
                 configuration names.
         """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "validate")
@@ -255,7 +262,8 @@ class FederatedTrainer:
         Args:
             model: the client module the run trained.
             datamodule: the run's federated data.
-            ckpt_path: a checkpoint file, or last for the newest checkpoint of the run this
+            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
+                with data.val_fraction > 0) for the newest checkpoint of the run this
                 configuration names.
         """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "test")
@@ -345,9 +353,12 @@ class FederatedTrainer:
                 self.rounds_done = round_idx + 1
                 progress.update(self.rounds_done, self.history[-1] if self.history else {})
                 stop = bool(self.dist.broadcast(signals.requested))  # rank 0 decides for all
+                names = [BEST] if row is not None and self._best_on_validation(row) else []
                 if stop or self.rounds_done % self.checkpoint_every == 0 or (
                         self.rounds_done == self.rounds):
-                    self._save_checkpoint(self.rounds_done)
+                    names.append(LAST)
+                if names:
+                    self._save_checkpoint(self.rounds_done, names)
                 if stop and self.rounds_done < self.rounds:
                     raise RunInterrupted(self.rounds_done)
 
@@ -383,14 +394,30 @@ class FederatedTrainer:
         return row
 
     # ================================================================= checkpoints
-    def _save_checkpoint(self, rounds_done: int) -> None:
+    def _best_on_validation(self, row: dict[str, Any]) -> bool:
+        """Whether ``row`` (the newest history row) ties or beats every earlier round on
+        validation personalized accuracy (as the summary's best round is chosen)."""
+        value = row.get(VALIDATION_KEY)
+        if value is None or not math.isfinite(value):
+            return False
+        earlier = [r[VALIDATION_KEY] for r in self.history[:-1]
+                   if r.get(VALIDATION_KEY) is not None and math.isfinite(r[VALIDATION_KEY])]
+        return value >= max(earlier, default=-math.inf)
+
+    def _save_checkpoint(self, rounds_done: int, names: list[str] | None = None) -> None:
+        """Write the state after ``rounds_done`` rounds to checkpoints/<name> for each name
+        (last.ckpt by default; best.ckpt for a new best round on validation)."""
+        names = names or [LAST]
         population = self.population.checkpoint()  # a collective: every rank takes part
         if self.dist.is_writer:
-            self.writer.save_checkpoint(run_checkpoint(
+            state = run_checkpoint(
                 rounds_done, type(self.client).__name__, self.server, population,
                 grad_scale=self.grad_scale.value, history=self.history, totals=self.totals,
-                config=self._hyperparameters()))
-        self.rounds_saved = rounds_done
+                config=self._hyperparameters())
+            for name in names:
+                self.writer.save_checkpoint(state, name)
+        if LAST in names:
+            self.rounds_saved = rounds_done
 
     def _check_checkpoint(self, checkpoint: dict[str, Any], states_only: bool = False) -> None:
         """Refuse a checkpoint of another method, rule or configuration (evaluating one,
