@@ -125,10 +125,19 @@ def export_partition(argv: list[str]) -> None:
     config_path = source / "config.yaml" if source.is_dir() else source
     if not config_path.is_file():
         parser.error(f"{str(config_path)!r} does not exist (give a run folder or a YAML config)")
-    data_config = dict(yaml.safe_load(config_path.read_text()).get("data") or {})
-    if source.is_dir():
-        data_config.update(partition="file", partition_file=str(source / "partition.json"))
-    folder = export_pfllib(FederatedDataModule(**data_config), options.out_dir)
+    config = yaml.safe_load(config_path.read_text()) or {}
+    data_config = dict(config.get("data") or {})
+    train_batch = (config.get("trainer") or {}).get("batch_size")
+    if train_batch:  # PFLlib's config.json records the batch size the run trains with
+        data_config["batch_size"] = train_batch
+    partition = data_config.get("partition", "dirichlet")
+    if source.is_dir():  # the recorded split exactly (its train lists exclude validation)
+        data_config.update(partition="file", partition_file=str(source / "partition.json"),
+                           val_fraction=0.0)
+    datamodule = FederatedDataModule(**data_config)
+    datamodule.setup()
+    datamodule.partition = partition  # config.json names the split's partition, not "file"
+    folder = export_pfllib(datamodule, options.out_dir)
     print(f"wrote a PFLlib dataset folder to {folder}")
 
 

@@ -183,16 +183,29 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
+    """The newest run (by its summary.json) of each method, setting and seed, and the older
+    repeats left out, so that "seeds" counts distinct seeds."""
+    newest: dict[tuple[str, str, int], Run] = {}
+    for run in sorted(runs, key=lambda r: (r.path / "summary.json").stat().st_mtime):
+        newest[(run.method, run.setting, run.seed)] = run
+    kept = [r for r in runs if newest[(r.method, r.setting, r.seed)] is r]
+    return kept, [r for r in runs if r not in kept]
+
+
 def write_report(run_dirs: Sequence[str | Path], out: str | Path,
                  compare: tuple[str, str] | None = None) -> Path:
     """Write ``report.md`` and its PNGs for the given run folders into ``out``."""
-    runs = [read_run(p) for p in run_dirs]
+    runs, repeated = one_run_per_seed([read_run(p) for p in run_dirs])
     if not runs:
         raise ValueError("give at least one run folder")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    sections = ["# fedlight report", "", "Accuracies in %, mean ± std over seeds.", "",
-                results_table(runs), "", "![curves](curves.png)", ""]
+    sections = ["# fedlight report", "", "Accuracies in %, mean ± std over seeds.", ""]
+    if repeated:
+        sections += [f"Not counted (an older run of the same method, setting and seed): "
+                     f"{', '.join(str(r.path) for r in repeated)}.", ""]
+    sections += [results_table(runs), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png")
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:

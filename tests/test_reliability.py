@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -157,3 +158,16 @@ def test_without_validation_the_protocol_is_unchanged(tmp_path):
     assert summary["best_selected_on"] == "test"
     assert "val_personalized_accuracy" not in rows(tmp_path / "t")[0]
     assert not (tmp_path / "t" / "checkpoints" / "best.ckpt").exists()
+
+
+def test_export_partition_records_the_runs_partition_and_batch_size(tmp_path):
+    config = tiny_config(tmp_path, tmp_path / "runs", rounds=1, verbose=False)
+    main(["fit", "-c", config])
+    run_dir = tmp_path / "runs" / "fedavg-synthetic-iid-s0"
+    record = json.loads((run_dir / "partition.json").read_text())
+    assert record["merge_test"] is False and record["test_split_merged"] is False
+    for source, out in ((run_dir, "from_run"), (config, "from_config")):
+        main(["export-partition", str(source), str(tmp_path / out)])
+        exported = json.loads((tmp_path / out / "config.json").read_text())
+        assert exported["partition"] == "iid" and exported["alpha"] is None
+        assert exported["batch_size"] == 16  # trainer.batch_size of the config

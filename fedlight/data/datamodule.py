@@ -314,13 +314,15 @@ class FederatedDataModule(L.LightningDataModule):
         return format_stats_table(self.stats())
 
     def partition_record(self) -> dict[str, Any]:
-        """The split as plain JSON: per-client train / test indices into the pool (the source's
-        train split, followed by its test split when ``merge_test``)."""
+        """The split as plain JSON: per-client train / test (and val) indices into the pool
+        (the source's train split, followed by its test split when merge_test is set and the
+        source has a test split: test_split_merged)."""
         splits = self._require_setup()
         return {
             "source": self.source,
             "partition": self.partition,
-            "merge_test": bool(self.merge_test and self.data.x_test is not None),
+            "merge_test": bool(self.merge_test),
+            "test_split_merged": bool(self.merge_test and self.data.x_test is not None),
             "clients": [{"train": s.train.tolist(), "test": s.test.tolist(),
                          **({"val": s.val.tolist()} if len(s.val) else {})} for s in splits],
         }
