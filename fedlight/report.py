@@ -174,6 +174,9 @@ def plot_gain_histogram(gains: Sequence[float], names: tuple[str, str], path: Pa
     ax.axvline(0, color="black", lw=1)
     ax.set_xlabel(f"per-client accuracy change, {names[1]} - {names[0]} (points)")
     ax.set_ylabel("clients")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole clients on the y axis
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
