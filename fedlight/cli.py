@@ -16,7 +16,9 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
+from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, exit_with_error
 from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
@@ -41,10 +44,12 @@ class FedlightCLI(LightningCLI):
     """
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
+        self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
         super().__init__(
             model_class=FederatedClient,
             datamodule_class=FederatedDataModule,
             trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+            parser_class=FedlightParser,
             subclass_mode_model=True,
             save_config_callback=None,
             auto_configure_optimizers=False,
@@ -85,9 +90,26 @@ class FedlightCLI(LightningCLI):
         if not isinstance(trainer, FederatedTrainer):
             trainer = FederatedTrainer(**{**trainer, **kwargs})
         if self.subcommand is not None:
-            trainer.run_config = self._parser(self.subcommand).dump(
-                self.config[self.subcommand], skip_none=False)
+            with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
+                warnings.filterwarnings("ignore", message="(?s).*skip_none")
+                trainer.run_config = self._parser(self.subcommand).dump(
+                    self.config[self.subcommand], skip_none=False)
+        trainer.command = command_without_ckpt_path(self.argv)
         return trainer
+
+
+def command_without_ckpt_path(argv: list[str]) -> str:
+    """``fedlight <argv>`` without its ``--ckpt_path`` option, quoted for a shell."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return shlex.join(["fedlight", *kept])
 
 
 def export_partition(argv: list[str]) -> None:
@@ -105,10 +127,19 @@ def export_partition(argv: list[str]) -> None:
     config_path = source / "config.yaml" if source.is_dir() else source
     if not config_path.is_file():
         parser.error(f"{str(config_path)!r} does not exist (give a run folder or a YAML config)")
-    data_config = dict(yaml.safe_load(config_path.read_text()).get("data") or {})
-    if source.is_dir():
-        data_config.update(partition="file", partition_file=str(source / "partition.json"))
-    folder = export_pfllib(FederatedDataModule(**data_config), options.out_dir)
+    config = yaml.safe_load(config_path.read_text()) or {}
+    data_config = dict(config.get("data") or {})
+    train_batch = (config.get("trainer") or {}).get("batch_size")
+    if train_batch:  # PFLlib's config.json records the batch size the run trains with
+        data_config["batch_size"] = train_batch
+    partition = data_config.get("partition", "dirichlet")
+    if source.is_dir():  # the recorded split exactly (its train lists exclude validation)
+        data_config.update(partition="file", partition_file=str(source / "partition.json"),
+                           val_fraction=0.0)
+    datamodule = FederatedDataModule(**data_config)
+    datamodule.setup()
+    datamodule.partition = partition  # config.json names the split's partition, not "file"
+    folder = export_pfllib(datamodule, options.out_dir)
     print(f"wrote a PFLlib dataset folder to {folder}")
 
 
@@ -136,22 +167,76 @@ def flower(argv: list[str]) -> None:
 TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate,
          "flower": flower}
 
+#: One line per subcommand, in the order of ``fedlight --help``.
+COMMANDS = {
+    "fit": "train a federated run (resume one with --ckpt_path last)",
+    "validate": "evaluate a run's checkpoint on the local and global test data",
+    "test": "validate, and write test_metrics.json into the run folder",
+    "report": "tables and plots of finished runs (RUN_DIR... --out DIR)",
+    "export-partition": "write a run's or a config's split in PFLlib's folder layout",
+    "interpolate": "the privatization paper's alpha/beta interpolation grid of a run",
+    "flower": "run a config on Flower's simulation engine (fedlight flower CONFIG [overrides])",
+}
+
+
+def overview() -> str:
+    """The text of ``fedlight --help``: every subcommand in one line."""
+    lines = ["fedlight: personalized federated learning on PyTorch Lightning", "",
+             "usage: fedlight <command> [options]", "", "commands:"]
+    lines += [f"  {name:<18}{text}" for name, text in COMMANDS.items()]
+    lines += ["", "fedlight <command> --help          the options of a command",
+              "fedlight fit --model GPFL --help    the options of a method (any client class)",
+              "fedlight fit -c CONFIG.yaml         run a config (see configs/)",
+              "errors print one line; FEDLIGHT_DEBUG=1 shows the traceback"]
+    return "\n".join(lines)
+
+
+def model_help(argv: list[str]) -> list[str]:
+    """``fit --model GPFL --help`` -> ``fit --model.help GPFL`` (the method's own options);
+    any other command line unchanged."""
+    if len(argv) < 2 or argv[0] not in ("fit", "validate", "test") or not (
+            {"-h", "--help"} & set(argv)):
+        return argv
+    for i, arg in enumerate(argv):
+        if arg.startswith("--model="):
+            return [argv[0], "--model.help", arg.split("=", 1)[1]]
+        if arg == "--model" and i + 1 < len(argv):
+            return [argv[0], "--model.help", argv[i + 1]]
+    return argv
+
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``fedlight`` console script."""
     argv = list(sys.argv[1:] if args is None else args)
-    if argv and argv[0] in TOOLS:
-        TOOLS[argv[0]](argv[1:])
-        return
-    check_moved_options(argv)
-    # From the console LightningCLI reads sys.argv itself (passing it too makes it warn).
-    FedlightCLI(args=argv if args is not None else None)
+    try:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(overview())
+            return
+        if not argv[0].startswith("-") and argv[0] not in COMMANDS:
+            raise UsageError(f"unknown command {argv[0]!r}; valid: {', '.join(COMMANDS)}")
+        if argv[0] in TOOLS:
+            TOOLS[argv[0]](argv[1:])
+            return
+        check_moved_options(argv)
+        if args is None:  # LightningCLI reads the console's sys.argv itself (args too warns)
+            sys.argv[1:] = model_help(argv)
+            FedlightCLI()
+        else:
+            FedlightCLI(args=model_help(argv))
+    except KeyboardInterrupt:  # the trainer already said what was kept and how to resume
+        if debugging():
+            raise
+        sys.exit(130)
+    except USER_ERRORS as error:
+        if debugging():
+            raise
+        exit_with_error(error)
 
 
 def check_moved_options(argv: list[str]) -> None:
-    """Fail with the new form for trainer options that moved (``trainer.dp_*`` became
-    ``server: DPFedAvg``, ``trainer.dlg_*`` the DLGProbe), on the command line or in a
-    ``-c`` / ``--config`` YAML, before any parsing."""
+    """Fail with the new form for trainer options that moved (trainer.dp_* became
+    server: DPFedAvg, trainer.dlg_* the DLGProbe), on the command line or in a -c / --config
+    YAML, before any parsing."""
     names = [a[len("--trainer."):].split("=")[0] for a in argv if a.startswith("--trainer.")]
     for flag, value in zip(argv, argv[1:], strict=False):
         if flag in ("-c", "--config") and Path(value).is_file():
@@ -159,7 +244,7 @@ def check_moved_options(argv: list[str]) -> None:
             names += list(trainer) if isinstance(trainer, dict) else []
     moved = [name for name in names if name in MOVED_OPTIONS]
     if moved:
-        raise SystemExit("error: " + "; ".join(
+        raise UsageError("; ".join(
             f"trainer.{name} moved: use {MOVED_OPTIONS[name]}" for name in moved))
 
 

@@ -175,6 +175,9 @@ def plot_gain_histogram(gains: Sequence[float], names: tuple[str, str], path: Pa
     ax.axvline(0, color="black", lw=1)
     ax.set_xlabel(f"per-client accuracy change, {names[1]} - {names[0]} (points)")
     ax.set_ylabel("clients")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole clients on the y axis
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -184,16 +187,29 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
+    """The newest run (by its summary.json) of each method, setting and seed, and the older
+    repeats left out, so that "seeds" counts distinct seeds."""
+    newest: dict[tuple[str, str, int], Run] = {}
+    for run in sorted(runs, key=lambda r: (r.path / "summary.json").stat().st_mtime):
+        newest[(run.method, run.setting, run.seed)] = run
+    kept = [r for r in runs if newest[(r.method, r.setting, r.seed)] is r]
+    return kept, [r for r in runs if r not in kept]
+
+
 def write_report(run_dirs: Sequence[str | Path], out: str | Path,
                  compare: tuple[str, str] | None = None) -> Path:
     """Write ``report.md`` and its PNGs for the given run folders into ``out``."""
-    runs = [read_run(p) for p in run_dirs]
+    runs, repeated = one_run_per_seed([read_run(p) for p in run_dirs])
     if not runs:
         raise ValueError("give at least one run folder")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    sections = ["# fedlight report", "", "Accuracies in %, mean ± std over seeds.", "",
-                results_table(runs), "", "![curves](curves.png)", ""]
+    sections = ["# fedlight report", "", "Accuracies in %, mean ± std over seeds.", ""]
+    if repeated:
+        sections += [f"Not counted (an older run of the same method, setting and seed): "
+                     f"{', '.join(str(r.path) for r in repeated)}.", ""]
+    sections += [results_table(runs), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png")
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:

@@ -88,17 +88,21 @@ def test_unknown_model_name_is_a_clear_error(capsys):
     assert "FedAvgg" in capsys.readouterr().err
 
 
-def test_unknown_source_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown data source 'mnst'"):
+def test_unknown_source_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--data.source", "mnst",
               "--trainer.default_root_dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "error: unknown data source 'mnst'" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
-def test_impossible_partition_is_a_clear_error_and_writes_nothing(tmp_path):
-    with pytest.raises(ValueError, match="11"):
+def test_impossible_partition_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", str(ROOT / "fedavg/mnist5k_pathological.yaml"),
               "--data.classes_per_client", "11", "--trainer.default_root_dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "classes_per_client=11" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 

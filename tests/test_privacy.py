@@ -256,5 +256,7 @@ def test_cli_names_the_new_form_of_moved_dp_and_dlg_options(tmp_path, capsys):
     old.write_text("trainer:\n  dlg_every: 5\n")
     for argv, name in ((["--trainer.dp_clip_norm", "0.3"], "dp_clip_norm"),
                        (["-c", str(old)], "dlg_every")):
-        with pytest.raises(SystemExit, match=f"trainer.{name} moved: use .*"):
+        with pytest.raises(SystemExit) as exit_info:
             main(["fit", "-c", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), *argv])
+        assert exit_info.value.code == 2
+        assert f"error: trainer.{name} moved: use " in capsys.readouterr().err

@@ -57,3 +57,12 @@ def test_offline_wandb_run_holds_metrics_and_images(tmp_path, monkeypatch):
     assert list((offline / "files" / "media" / "table").glob("per_client_accuracy*.json"))
     assert list((path / "tensorboard").glob("events.out.tfevents.*"))
     assert read_run(path).method == "FedAvg"
+
+
+def test_report_counts_distinct_seeds(tmp_path):
+    first, again = run(tmp_path / "a", FedAvg, 0), run(tmp_path / "b", FedAvg, 0)
+    write_report([first, again], tmp_path / "report")
+    report = (tmp_path / "report" / "report.md").read_text()
+    fedavg_row = next(line for line in report.splitlines() if line.startswith("| FedAvg"))
+    assert "| 1 |" in fedavg_row and "±" not in fedavg_row
+    assert f"Not counted (an older run of the same method, setting and seed): {first}" in report

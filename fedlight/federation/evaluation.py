@@ -9,14 +9,15 @@ adaptation step); the fine-tuned weights are scored and thrown away, never store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.fabric import Fabric
 from torch import Tensor
+from torchmetrics.functional.classification import binary_auroc, multiclass_stat_scores
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import iterate_batches
@@ -31,11 +32,15 @@ _EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from 
 
 @dataclass
 class Score:
-    """Correct predictions, samples and summed cross-entropy of one model on one test set."""
+    """One model on one test set: correct predictions, samples, summed cross-entropy, the
+    per-class true positives, false positives and false negatives (torchmetrics' stat scores)
+    and the micro-averaged one-vs-rest ROC AUC (PFLlib's AUC)."""
 
     correct: float = 0.0
     total: int = 0
     loss_sum: float = 0.0
+    class_counts: list[tuple[int, int, int]] = field(default_factory=list)
+    auc: float = float("nan")
 
     @property
     def accuracy(self) -> float:
@@ -45,6 +50,17 @@ class Score:
     def loss(self) -> float:
         return self.loss_sum / self.total if self.total else float("nan")
 
+    @property
+    def macro_f1(self) -> float:
+        return macro_f1(self.class_counts)
+
+
+def macro_f1(class_counts: Sequence[tuple[int, int, int]]) -> float:
+    """Mean over classes of F1 = 2 tp / (2 tp + fp + fn), over the classes that occur in the
+    labels or the predictions (as torchmetrics' and scikit-learn's macro average)."""
+    scores = [2 * tp / (2 * tp + fp + fn) for tp, fp, fn in class_counts if tp + fp + fn]
+    return sum(scores) / len(scores) if scores else float("nan")
+
 
 @torch.inference_mode()
 def score_outputs(
@@ -52,20 +68,41 @@ def score_outputs(
 ) -> dict[str, Score]:
     """Score every named logits tensor that ``outputs_fn`` returns on ``(x, y)``.
 
-    Sums are kept on the device and read once at the end (one host sync per test set).
+    Per-class stat scores (torchmetrics) and the loss are summed on the device; the AUC
+    (torchmetrics' binary AUROC over the flattened one-vs-rest probabilities) needs every
+    sample's probabilities, kept on the device. Everything is read at once at the end (one
+    host sync per test set).
     """
     sums: dict[str, list[Tensor]] = {}
+    probabilities: dict[str, list[Tensor]] = {}
     for xb, yb in iterate_batches(x, y, batch_size):
         for name, logits in outputs_fn(xb).items():
             logits = logits.float()
-            correct = (logits.argmax(-1) == yb).sum()
+            stats = multiclass_stat_scores(logits, yb, logits.shape[-1], average=None)
             loss = F.cross_entropy(logits, yb, reduction="sum")
+            probabilities.setdefault(name, []).append(logits.softmax(-1))
             if name in sums:
-                sums[name][0] += correct
+                sums[name][0] += stats
                 sums[name][1] += loss
             else:
-                sums[name] = [correct, loss]
-    return {name: Score(float(c), len(y), float(loss)) for name, (c, loss) in sums.items()}
+                sums[name] = [stats, loss]
+    packed = {name: torch.cat([loss.double().reshape(1), _auc(probabilities[name], y),
+                               stats[:, [0, 1, 3]].double().flatten()])
+              for name, (stats, loss) in sums.items()}
+    values = torch.cat(list(packed.values())).tolist() if packed else []
+    scores, start = {}, 0
+    for name, part in packed.items():
+        loss, auc, *flat = values[start:start + len(part)]
+        start += len(part)
+        counts = [tuple(int(v) for v in flat[i:i + 3]) for i in range(0, len(flat), 3)]
+        scores[name] = Score(sum(c[0] for c in counts), len(y), loss, counts, auc)
+    return scores
+
+
+def _auc(probabilities: list[Tensor], y: Tensor) -> Tensor:
+    probs = torch.cat(probabilities)
+    target = F.one_hot(y, probs.shape[-1])
+    return binary_auroc(probs.flatten(), target.flatten()).double().reshape(1)
 
 
 def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, float]:
@@ -84,6 +121,9 @@ def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, fl
         mean = accuracies.mean().item()
         std = accuracies.std(unbiased=False).item()
         worst = accuracies.sort().values[: max(1, len(accuracies) // 10)].mean().item()
+        classes = zip(*(s.class_counts for s in client_scores), strict=True)
+        pooled_counts = [tuple(map(sum, zip(*per_class, strict=True))) for per_class in classes]
+        auc = sum(s.auc * s.total for s in client_scores) / sum(s.total for s in client_scores)
         metrics.update({
             f"{name}_accuracy": pooled,
             f"{name}_accuracy_mean": mean,
@@ -91,6 +131,8 @@ def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, fl
             f"{name}_accuracy_cv": std / mean if mean > 0 else float("nan"),
             f"{name}_accuracy_worst10": worst,
             f"{name}_loss": loss,
+            f"{name}_macro_f1": macro_f1(pooled_counts),
+            f"{name}_auc": auc,
         })
     return metrics
 
@@ -128,8 +170,13 @@ class Evaluator:
             self._fine_tune(client, client_id, round_idx, phases)
         client.eval()
         x, y = self.population.test_data[client_id]
+        val_x, val_y = self.population.val_data[client_id]
         with self.fabric.autocast():
-            return score_outputs(client.eval_outputs, x, y, self.batch_size)
+            scores = score_outputs(client.eval_outputs, x, y, self.batch_size)
+            if len(val_y):  # data.val_fraction > 0: the same model on the validation split
+                scores.update({f"val_{name}": score for name, score in score_outputs(
+                    client.eval_outputs, val_x, val_y, self.batch_size).items()})
+        return scores
 
     def _fine_tune(self, client: FederatedClient, client_id: int, round_idx: int,
                    phases: list[Any]) -> None:
@@ -146,14 +193,16 @@ class Evaluator:
                  after_training: Mapping[int, dict[str, Score]] | None) -> dict[str, Any]:
         """Global accuracy and personalized accuracy with its spread across clients; clients
         already scored after their local training are taken from ``after_training``."""
-        metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None}
+        metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None,
+                                   "global_macro_f1": None, "global_auc": None}
         if client.has_global_model and self.dist.is_writer:  # rank 0 scores the global model
             client.load_state_dict({**server.global_state, **self.population.initial_private})
             client.eval()
             with self.fabric.autocast():
                 score = score_outputs(lambda x: {"global": client.global_forward(x)},
                                       *self.global_test, self.batch_size)["global"]
-            metrics.update(global_accuracy=score.accuracy, global_loss=score.loss)
+            metrics.update(global_accuracy=score.accuracy, global_loss=score.loss,
+                           global_macro_f1=score.macro_f1, global_auc=score.auc)
         metrics = self.dist.broadcast(metrics)
         if after_training is None:  # each process scores the clients it owns
             after_training = {i: self.score_client(client, i, round_idx, server.download(i)[0])

@@ -167,21 +167,35 @@ class RunFolder:
 
 
 def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Best, last and mean of the last ``MEAN_LAST_ROUNDS`` evaluated rounds of every accuracy
-    column (``None`` where the method has no such model)."""
+    """Best, last and mean of the last MEAN_LAST_ROUNDS evaluated rounds of every accuracy
+    column (None where the method has no such model).
+
+    A column with a validation counterpart (val_<column>, when data.val_fraction > 0) has
+    its best round chosen on validation and reported on test: best_<column> is the test
+    figure of the round where val_<column> peaked (best_selected_on: validation).
+    Other columns keep the best over rounds.
+    """
     summary: dict[str, Any] = {}
     accuracy_keys = [k for k in (history[0] if history else {}) if k.endswith("accuracy")]
+    validated = False
     for key in dict.fromkeys([*SUMMARY_METRICS, *accuracy_keys]):
-        values = [(r[key], r["round"]) for r in history
-                  if isinstance(r.get(key), float) and math.isfinite(r[key])]
-        best = max(values, default=(None, None))
-        summary[f"best_{key}"] = best[0]
-        summary[f"best_{key}_round"] = best[1]
+        values = [(r[key], r["round"]) for r in history if _finite(r.get(key))]
+        chooser = f"val_{key}" if any(_finite(r.get(f"val_{key}")) for r in history) else key
+        validated |= chooser != key
+        rows = [r for r in history if _finite(r.get(chooser)) and _finite(r.get(key))]
+        best = max(rows, key=lambda r: (r[chooser], r["round"]), default=None)
+        summary[f"best_{key}"] = None if best is None else best[key]
+        summary[f"best_{key}_round"] = None if best is None else best["round"]
         summary[f"last_{key}"] = values[-1][0] if values else None
         tail = [value for value, _ in values[-MEAN_LAST_ROUNDS:]]
         summary[f"mean_last_{key}"] = sum(tail) / len(tail) if tail else None
+    summary["best_selected_on"] = "validation" if validated else "test"
     summary.update(extra)
     return summary
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:

@@ -45,6 +45,9 @@ class Population:
         self.test_data: list[Batch | None] = [
             tuple(t.to(device) for t in datamodule.client_test(i)) if mine else None
             for i, mine in enumerate(owned)]
+        self.val_data: list[Batch | None] = [
+            tuple(t.to(device) for t in datamodule.client_val(i)) if mine else None
+            for i, mine in enumerate(owned)]
         self.class_counts = [datamodule.class_counts(i) for i in range(self.num_clients)]
         self.initial_private = initial_private
         self.states: ClientStore = make_store(storage, initial_private, self.num_clients,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,13 +21,18 @@ def _fmt(value: Any) -> str:
 
 
 class RoundProgress:
-    """Progress over rounds showing the latest personalized and global accuracy."""
+    """Progress over rounds showing the latest personalized and global accuracy: a rich bar
+    on a terminal, one plain line per evaluated round when stdout is not a terminal (a job's
+    log file)."""
 
-    def __init__(self, rounds: int, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self, rounds: int, enabled: bool = True, plain: bool | None = None) -> None:
+        self.enabled, self.rounds = enabled, rounds
+        self.plain = enabled and (not sys.stdout.isatty() if plain is None else plain)
+        self.started = time.perf_counter()
         self.progress = Progress(
             TextColumn("[bold]round"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), disable=not enabled, transient=False,
+            TextColumn("{task.fields[status]}"), disable=not enabled or self.plain,
+            transient=False,
         )
         self.task = self.progress.add_task("rounds", total=rounds, status="")
 
@@ -42,6 +49,9 @@ class RoundProgress:
     def update(self, completed: int, row: Mapping[str, Any]) -> None:
         status = (f"pers {_fmt(row.get('personalized_accuracy'))}  "
                   f"glob {_fmt(row.get('global_accuracy'))}  loss {_fmt(row.get('train_loss'))}")
+        if self.plain and row.get("round") == completed:  # this round was evaluated
+            elapsed = time.perf_counter() - self.started
+            print(f"round {completed}/{self.rounds}  {status}  {elapsed:.1f}s", flush=True)
         self.progress.update(self.task, completed=completed, status=status)
 
 

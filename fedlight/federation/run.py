@@ -4,7 +4,9 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -83,9 +85,9 @@ class RunWriter:
     def append(self, row: dict[str, Any]) -> None:
         self.folder.append_row(row)
 
-    def save_checkpoint(self, state: dict[str, Any]) -> None:
+    def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> None:
         if self.dist.is_writer:
-            save_checkpoint(state, self.folder.checkpoint_dir / LAST)
+            save_checkpoint(state, self.folder.checkpoint_dir / name)
 
     # ----------------------------------------------------------------- closing
     def finish(self, history: list[dict[str, Any]], extra: Mapping[str, Any],
@@ -105,15 +107,34 @@ class RunWriter:
             print(final_table(summary))
         return summary
 
-    def close(self, failed: bool = False) -> None:
-        """Close the loggers; on a failure before any checkpoint, remove the folder (nothing
-        complete to keep)."""
+    def close(self, failed: bool = False, rounds_done: int = 0) -> None:
+        """Close the loggers. A run that failed before its first round completed (and holds no
+        checkpoint) leaves nothing worth keeping: its folder is removed. A run stopped later
+        keeps everything it wrote."""
         if self.folder is None:
             return
-        if failed and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
+        if failed and rounds_done == 0 and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
             self.folder.remove()
         else:
             self.folder.close()
+
+    def announce(self, action: str, checkpoint_file: Path | None, rounds_done: int) -> None:
+        """One line naming the run and round a checkpoint resumes or evaluates."""
+        if self.dist.is_writer and self.verbose and checkpoint_file is not None:
+            print(f"fedlight: {action} run {checkpoint_file.parent.parent} at round "
+                  f"{rounds_done} ({checkpoint_file})", flush=True)
+
+    def report_stop(self, rounds_done: int, rounds_saved: int, resume: str) -> None:
+        """One line on stderr after a stopped run: what was kept and how to resume."""
+        if not self.dist.is_writer or self.folder is None or not self.folder.path.exists():
+            return
+        if rounds_saved:
+            how = (f"checkpoint at round {rounds_saved} in {self.folder.checkpoint_dir / LAST}; "
+                   f"resume with: {resume}")
+        else:
+            how = "no checkpoint was written yet, so it cannot be resumed"
+        print(f"fedlight: stopped after round {rounds_done}; kept {self.folder.path} "
+              f"(metrics.csv); {how}", file=sys.stderr, flush=True)
 
     def print_metrics(self, stage: str, metrics: Mapping[str, Any]) -> None:
         if self.dist.is_writer:
@@ -130,8 +151,29 @@ def describe_run(client: Any, datamodule: Any, server: Any,
                  trainer: Mapping[str, Any]) -> dict[str, Any]:
     """The hyper-parameters logged with a run (and written as config.yaml from Python)."""
     return {"method": type(client).__name__, "server": type(server).__name__,
-            "model": dict(client.hparams), "data": dict(datamodule.hparams),
-            "trainer": dict(trainer)}
+            "server_options": rule_options(server), "model": dict(client.hparams),
+            "data": dict(datamodule.hparams), "trainer": dict(trainer)}
+
+
+def rule_options(rule: Any) -> dict[str, Any]:
+    """A server rule's constructor arguments, as far as the rule (or one of its parts, such as
+    a DP mechanism) keeps them under their own name; a wrapped rule is described in turn."""
+    from fedlight.federation.server.base import ServerRule
+
+    parts = [rule, *(v for v in vars(rule).values()
+                     if hasattr(v, "__dict__") and not isinstance(v, ServerRule))]
+    options: dict[str, Any] = {}
+    for name in list(inspect.signature(type(rule).__init__).parameters)[1:]:
+        for part in parts:
+            value = vars(part).get(name)
+            if isinstance(value, ServerRule):
+                options[name] = {"class": type(value).__name__, **rule_options(value)}
+            elif isinstance(value, (bool, int, float, str)):
+                options[name] = value
+            else:
+                continue
+            break
+    return options
 
 
 def to_yaml(obj: Mapping[str, Any]) -> str:

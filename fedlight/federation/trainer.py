@@ -10,6 +10,7 @@ one and results do not depend on the order or process in which clients are train
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,18 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.checkpoint import check_compatible, load_checkpoint, run_checkpoint
+from fedlight.federation.checkpoint import (
+    BEST,
+    LAST,
+    RESUMABLE_CHANGES,
+    check_compatible,
+    check_same_config,
+    load_checkpoint,
+    run_checkpoint,
+)
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
+from fedlight.federation.interrupt import RunInterrupted, StopSignals
 from fedlight.federation.launch import (
     check_scale_options,
     check_threads,
@@ -37,6 +47,9 @@ from fedlight.federation.run import RunWriter, default_run_name, describe_run, t
 from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
 from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, prepare_run
+
+#: The column a best round is chosen on when data.val_fraction > 0.
+VALIDATION_KEY = "val_personalized_accuracy"
 
 
 class FederatedTrainer:
@@ -161,9 +174,11 @@ class FederatedTrainer:
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
         self.threads = check_threads(threads)
+        self.precision = precision
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
                                   workers_per_device)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
+        self.command: str | None = None  # the command line that started the run, set by the CLI
         self.history: list[dict[str, Any]] = []
 
     @property
@@ -195,13 +210,18 @@ class FederatedTrainer:
     # ================================================================= public API
     def fit(self, model: FederatedClient, datamodule: FederatedDataModule,
             ckpt_path: str | None = None, server: ServerRule | None = None) -> dict[str, Any]:
-        """Train for ``rounds`` rounds and return the summary.
+        """Train a federated run for trainer.rounds rounds and return its summary.
+
+        A first Ctrl-C (SIGINT) or SIGTERM finishes the round in progress, checkpoints it and
+        stops, printing how to resume; a second one stops at once.
 
         Args:
             model: the client module (any fedlight client class).
             datamodule: the federated data.
-            ckpt_path: resume from this checkpoint, or ``last`` for this configuration's newest
-                run.
+            ckpt_path: resume a run: a checkpoint file, or last for the newest
+                checkpoints/last.ckpt of the run this configuration names (folder run_name or
+                run_name-vN). The configuration must be the run's own (only trainer.rounds may
+                change); the run and round resumed are printed.
             server: a server rule replacing the method's own (e.g. FedAdam, Krum, DPFedAvg),
                 where the method allows it; None = the method's configure_server().
         """
@@ -212,15 +232,22 @@ class FederatedTrainer:
             ckpt_path and self.dist.is_writer) else None
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
+        if checkpoint:
+            self._check_checkpoint(checkpoint)
         self.writer.open(checkpoint_file, self._write_header, self._hyperparameters())
+        self.rounds_done = self.rounds_saved = 0
         try:
-            start = self._restore(checkpoint) if checkpoint else 0
+            if checkpoint:
+                self.rounds_done = self.rounds_saved = self._restore(checkpoint)
+                self.writer.announce("resuming", checkpoint_file, self.rounds_done)
             for probe in self.probes:
                 probe.setup(self)
-            self._fit_rounds(start)
+            self._fit_rounds(self.rounds_done)
             summary = self._finish()
-        except BaseException:
-            self.writer.close(failed=True)
+        except BaseException as error:
+            self.writer.close(failed=True, rounds_done=self.rounds_done)
+            if isinstance(error, KeyboardInterrupt):
+                self.writer.report_stop(self.rounds_done, self.rounds_saved, self._resume_hint())
             raise
         finally:
             self.client.capture_logs(False)
@@ -229,14 +256,28 @@ class FederatedTrainer:
 
     def validate(self, model: FederatedClient, datamodule: FederatedDataModule,
                  ckpt_path: str | None = "last") -> dict[str, float]:
-        """Evaluate a saved run's checkpoint on every client's local test split and on the
-        global test set; print and return the metrics."""
+        """Evaluate a run's checkpoint on the clients' local test splits and the global test.
+
+        Args:
+            model: the client module the run trained.
+            datamodule: the run's federated data.
+            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
+                with data.val_fraction > 0) for the newest checkpoint of the run this
+                configuration names.
+        """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "validate")
 
     def test(self, model: FederatedClient, datamodule: FederatedDataModule,
              ckpt_path: str | None = "last") -> dict[str, float]:
-        """Same as validate (clients hold a train and a test split only); writes
-        test_metrics.json into the run folder."""
+        """Evaluate a run's checkpoint like validate and write test_metrics.json.
+
+        Args:
+            model: the client module the run trained.
+            datamodule: the run's federated data.
+            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
+                with data.val_fraction > 0) for the newest checkpoint of the run this
+                configuration names.
+        """
         return self._evaluate_checkpoint(model, datamodule, ckpt_path, "test")
 
     def load_client(self, client_id: int, round_idx: int) -> FederatedClient:
@@ -295,22 +336,39 @@ class FederatedTrainer:
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                  "weighting", "drop_rate")
+                  "weighting", "drop_rate", "reinitialize")
         return describe_run(self.client, self.datamodule, self.server,
-                            {k: getattr(self, k) for k in fields})
+                            {**{k: getattr(self, k) for k in fields}, **self.local_options,
+                             "precision": self.precision})
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
-        with self.writer.progress(self.rounds) as progress:
+        """Rounds ``start_round`` .. ``rounds - 1``; a first SIGINT / SIGTERM ends the loop after
+        the round in progress, with a checkpoint of it (RunInterrupted)."""
+        with (self.writer.progress(self.rounds) as progress,
+              StopSignals(announce=self.dist.is_writer) as signals):
             progress.advance_to(start_round)
             for round_idx in range(start_round, self.rounds):
                 row = self._run_round(round_idx)
                 if row is not None:
                     self.history.append(row)
                     self.writer.append(row)
-                progress.update(round_idx + 1, self.history[-1] if self.history else {})
-                if (round_idx + 1) % self.checkpoint_every == 0 or round_idx + 1 == self.rounds:
-                    self._save_checkpoint(round_idx + 1)
+                self.rounds_done = round_idx + 1
+                progress.update(self.rounds_done, self.history[-1] if self.history else {})
+                stop = bool(self.dist.broadcast(signals.requested))  # rank 0 decides for all
+                names = [BEST] if row is not None and self._best_on_validation(row) else []
+                if stop or self.rounds_done % self.checkpoint_every == 0 or (
+                        self.rounds_done == self.rounds):
+                    names.append(LAST)
+                if names:
+                    self._save_checkpoint(self.rounds_done, names)
+                if stop and self.rounds_done < self.rounds:
+                    raise RunInterrupted(self.rounds_done)
+
+    def _resume_hint(self) -> str:
+        if self.command:
+            return f"{self.command} --ckpt_path last"
+        return "fit(...) with the same configuration and ckpt_path='last'"
 
     def _run_round(self, round_idx: int) -> dict[str, Any] | None:
         evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
@@ -339,16 +397,40 @@ class FederatedTrainer:
         return row
 
     # ================================================================= checkpoints
-    def _save_checkpoint(self, rounds_done: int) -> None:
+    def _best_on_validation(self, row: dict[str, Any]) -> bool:
+        """Whether ``row`` (the newest history row) ties or beats every earlier round on
+        validation personalized accuracy (as the summary's best round is chosen)."""
+        value = row.get(VALIDATION_KEY)
+        if value is None or not math.isfinite(value):
+            return False
+        earlier = [r[VALIDATION_KEY] for r in self.history[:-1]
+                   if r.get(VALIDATION_KEY) is not None and math.isfinite(r[VALIDATION_KEY])]
+        return value >= max(earlier, default=-math.inf)
+
+    def _save_checkpoint(self, rounds_done: int, names: list[str] | None = None) -> None:
+        """Write the state after ``rounds_done`` rounds to checkpoints/<name> for each name
+        (last.ckpt by default; best.ckpt for a new best round on validation)."""
+        names = names or [LAST]
         population = self.population.checkpoint()  # a collective: every rank takes part
         if self.dist.is_writer:
-            self.writer.save_checkpoint(run_checkpoint(
+            state = run_checkpoint(
                 rounds_done, type(self.client).__name__, self.server, population,
-                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals))
+                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals,
+                config=self._hyperparameters())
+            for name in names:
+                self.writer.save_checkpoint(state, name)
+        if LAST in names:
+            self.rounds_saved = rounds_done
 
-    def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
+    def _check_checkpoint(self, checkpoint: dict[str, Any], states_only: bool = False) -> None:
+        """Refuse a checkpoint of another method, rule or configuration (evaluating one,
+        ``states_only``, only needs the same method, model and data)."""
         check_compatible(checkpoint, type(self.client).__name__,
                          None if states_only else type(self.server).__name__)
+        ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
+        check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
+
+    def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         self.server.load_state_dict(checkpoint["server"])
         self.server.to(self.fabric.device)
         self.population.restore(checkpoint)
@@ -382,8 +464,10 @@ class FederatedTrainer:
         try:
             file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
+            self._check_checkpoint(checkpoint, states_only=True)
             self.writer.open_existing(file)
             rounds_done = self._restore(checkpoint, states_only=True)
+            self.writer.announce("evaluating", file, rounds_done)
             metrics = self.evaluator.evaluate(self.client, self.server, rounds_done, None)
         finally:
             self.client.capture_logs(False)

@@ -1,0 +1,123 @@
+"""One-screen user errors of the ``fedlight`` command line.
+
+A user error (a bad option, value, file or name) is printed as ``error: <message>`` with a
+"did you mean" where a close name exists, and exits with code 2; no usage dump, no traceback.
+Set the environment variable FEDLIGHT_DEBUG=1 to get the traceback instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+from lightning.pytorch.cli import LightningArgumentParser
+
+DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
+
+
+class UsageError(Exception):
+    """A command line the parser refused (unknown option, bad value, missing file)."""
+
+
+class FedlightParser(LightningArgumentParser):
+    """A parser named fedlight whose errors are raised (as UsageError) instead of printed
+    with the usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prog", "fedlight")
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
+        raise UsageError(message) from ex
+
+
+#: Exceptions that are the user's to fix: printed in one line, no traceback.
+USER_ERRORS = (UsageError, ValueError, FileNotFoundError, FloatingPointError)
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
+def exit_with_error(error: BaseException) -> NoReturn:
+    """Print ``error: <message>`` on stderr and exit with code 2."""
+    print(f"error: {user_message(error)}", file=sys.stderr)
+    print(f"(set {DEBUG_VARIABLE}=1 for the traceback)", file=sys.stderr)
+    sys.exit(2)
+
+
+def user_message(error: BaseException) -> str:
+    """The one-line message of a user error, with the jsonargparse wrapping removed and a
+    "did you mean" added to unknown names."""
+    text = str(error).strip()
+    model = re.search(r'Parser key "model".*Given value: (\S+)\s*$', text, re.S)
+    if model and "Given value type: <class 'str'>" in text:
+        return unknown_model(model.group(1))
+    missing = re.search(r"File does not exist: (.+)$", text)
+    if missing:
+        return f"config file {missing.group(1).strip()} does not exist"
+    text = _innermost(text)
+    return text + _suggestion(text)
+
+
+def unknown_model(name: str) -> str:
+    from fedlight.clients import CLIENTS
+
+    return (f"unknown model {name!r}; valid: {', '.join(sorted(CLIENTS))}"
+            + did_you_mean(name, CLIENTS))
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'X'?"`` for the closest candidate, or an empty string."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _innermost(text: str) -> str:
+    """The first real error of a jsonargparse Union error (``- lr must be positive...``)."""
+    if "Errors:" not in text:
+        return text.splitlines()[-1] if "\n" in text else text
+    bullets = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
+               if line.strip().startswith("- ")]
+    useful = [b for b in bullets if not b.startswith("Expected a <class 'NoneType'>")]
+    return _innermost(useful[0]) if useful else text.splitlines()[0]
+
+
+def _suggestion(text: str) -> str:
+    listed = re.search(r"unknown [\w ]+ '([^']+)'; valid: ([^;]+)", text)
+    if listed and "did you mean" not in text:
+        return did_you_mean(listed.group(1), re.split(r"[,\s]+", listed.group(2).strip()))
+    unknown = (re.search(r"does not accept option '([^']+)'", text)
+               or re.search(r"Option '([^']+)' is not accepted", text)
+               or re.search(r"unrecognized arguments: --?([^\s=]+)", text))
+    if not unknown:
+        return ""
+    name = unknown.group(1)
+    names = option_names()
+    pool = names if "." in name else {n.rsplit(".", 1)[-1] for n in names}
+    return did_you_mean(name, pool)
+
+
+def option_names() -> set[str]:
+    """Every option of ``fedlight fit``: trainer.*, data.*, model.* of every client class."""
+    from fedlight.clients import CLIENTS
+    from fedlight.data.datamodule import FederatedDataModule
+    from fedlight.federation.trainer import FederatedTrainer
+
+    names = {"ckpt_path", "server", "config"}
+    sections = [("trainer", FederatedTrainer), ("data", FederatedDataModule)]
+    sections += [("model", cls) for cls in CLIENTS.values()]
+    for section, cls in sections:
+        for parameter in list(inspect.signature(cls.__init__).parameters)[1:]:
+            if parameter not in ("args", "kwargs", "moved"):
+                names.update({f"{section}.{parameter}", f"{section}.init_args.{parameter}"})
+    return names
+
+
+__all__ = ["FedlightParser", "USER_ERRORS", "UsageError", "debugging", "did_you_mean",
+           "exit_with_error", "user_message"]

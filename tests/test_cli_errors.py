@@ -1,0 +1,80 @@
+"""Every user error of the command line fits one screen: ``error: ...``, exit code 2, no
+traceback, a "did you mean" where a close name exists, and no run folder left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import TOOLS, FedlightCLI, main
+
+ROOT = Path(__file__).resolve().parents[1] / "configs"
+DIRICHLET = str(ROOT / "fedavg/mnist5k_dirichlet.yaml")
+PATHOLOGICAL = str(ROOT / "fedavg/mnist5k_pathological.yaml")
+
+CASES = {
+    "typo in model": (["--model", "GPLF"], "unknown model 'GPLF'; valid: ", "did you mean 'GPFL'?"),
+    "typo in YAML key": (["-c", "{typo}"], "'data.bta'", "did you mean 'data.beta'?"),
+    "typo in option": (["--trainer.roundz", "3"], "--trainer.roundz",
+                       "did you mean 'trainer.rounds'?"),
+    "typo in source": (["--data.source", "mnst"], "unknown data source 'mnst'",
+                       "did you mean 'mnist'?"),
+    "negative beta": (["--data.beta", "-1"], "beta=-1.0 is invalid", "use beta > 0"),
+    "classes per client": (["-c", PATHOLOGICAL, "--data.classes_per_client", "11"],
+                           "classes_per_client=11", "use 1..10"),
+    "missing data folder": (["--data.source", "pfllib", "--data.root", "{tmp}/nowhere"],
+                            "nowhere", "config.json"),
+    "zero rounds": (["--trainer.rounds", "0"], "rounds must be at least 1, got 0", ""),
+    "join ratio": (["--trainer.join_ratio", "1.5"], "join_ratio must be in (0, 1], got 1.5", ""),
+    "no clients": (["--data.num_clients", "0"], "num_clients must be at least 1, got 0", ""),
+    "too many clients": (["--data.num_clients", "100000"], "num_clients=100000",
+                         "use at most 500 clients"),
+    "negative lr": (["--model.lr", "-1"], "lr must be positive, got -1.0", ""),
+    "missing config": (["-c", "{tmp}/none.yaml"], "config file", "none.yaml' does not exist"),
+    "no run to resume": (["--ckpt_path", "last"], "ckpt_path='last'", "no run named"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("data:\n  bta: 0.1\n")
+    options, *expected = CASES[case]
+    options = [o.format(tmp=tmp_path, typo=typo) for o in options]
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, *options, "--trainer.default_root_dir", str(runs)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 5
+    for fragment in expected:
+        assert fragment in err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_the_debug_switch_shows_the_exception(monkeypatch):
+    monkeypatch.setenv("FEDLIGHT_DEBUG", "1")
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        main(["fit", "-c", DIRICHLET, "--trainer.rounds", "0"])
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("fedlight")
+    for command in [*FedlightCLI.subcommands(), *TOOLS]:
+        assert f"\n  {command} " in out
+
+
+@pytest.mark.parametrize("form", [["--model", "GPFL", "--help"], ["--model=GPFL", "-h"],
+                                  ["--model.help", "GPFL"]])
+def test_fit_model_help_prints_the_methods_options(form, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *form])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--model.lamda" in out and "--model.use_cov" in out  # GPFL's own switches
+    assert "--trainer.rounds" not in out

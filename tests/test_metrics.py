@@ -1,0 +1,39 @@
+"""Reported metrics through torchmetrics: accuracy as before, macro-F1 and AUC as sklearn /
+PFLlib compute them, pooled over clients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sklearn.metrics import f1_score, roc_auc_score
+from sklearn.preprocessing import label_binarize
+
+from fedlight.federation.evaluation import score_outputs, summarize_clients
+
+
+def _scores(seed: int, n: int = 37, classes: int = 5):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, classes, generator=generator)
+    y = torch.randint(0, classes, (n,), generator=generator)
+    return logits, y, score_outputs(lambda x: {"personalized": x}, logits, y, 8)["personalized"]
+
+
+def test_score_matches_the_argmax_count_sklearn_f1_and_pfllib_auc():
+    logits, y, score = _scores(0)
+    assert score.correct == int((logits.argmax(-1) == y).sum()) and score.total == len(y)
+    assert score.loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)))
+    assert score.macro_f1 == pytest.approx(f1_score(y, logits.argmax(-1), average="macro"))
+    probs = logits.softmax(-1).numpy()
+    expected_auc = roc_auc_score(label_binarize(y, classes=range(5)), probs, average="micro")
+    assert score.auc == pytest.approx(expected_auc, abs=1e-6)
+
+
+def test_pooled_metrics_over_clients():
+    clients = {i: _scores(i)[1:] for i in range(3)}
+    metrics = summarize_clients({i: {"personalized": s} for i, (_, s) in clients.items()})
+    y = torch.cat([y for y, _ in clients.values()])
+    preds = torch.cat([_scores(i)[0].argmax(-1) for i in range(3)])
+    assert metrics["personalized_accuracy"] == pytest.approx(float((preds == y).float().mean()))
+    assert metrics["personalized_macro_f1"] == pytest.approx(f1_score(y, preds, average="macro"))
+    weighted = sum(s.auc * s.total for _, s in clients.values()) / len(y)  # PFLlib's pooling
+    assert metrics["personalized_auc"] == pytest.approx(weighted)

@@ -1,0 +1,173 @@
+"""Interrupt safety, exact resumes and refused resumes of changed configurations."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedlight.cli import main
+from fedlight.clients import FedAvg
+from fedlight.federation.checkpoint import load_checkpoint
+from tests.conftest import make_client, tiny_data, tiny_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {
+    "model": {"class_path": "FedAvg", "init_args": {"backbone": "mlp", "lr": 0.1}},
+    "data": {"source": "synthetic", "num_clients": 4, "partition": "iid",
+             "synthetic_samples": 240, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
+             "min_client_size": 5},
+    "trainer": {"rounds": 12, "batch_size": 16, "accelerator": "cpu", "checkpoint_every": 100,
+                "logger": "csv", "seed": 0, "progress_bar": False},
+}
+
+
+def tiny_config(tmp_path: Path, root: Path, **trainer: object) -> str:
+    config = {**TINY, "trainer": {**TINY["trainer"], "default_root_dir": str(root), **trainer}}
+    path = tmp_path / f"tiny-{len(list(tmp_path.glob('tiny-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def wait_for_rows(path: Path, count: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) > count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never reached {count} rows (exit code {process.poll()})")
+
+
+def test_sigint_keeps_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
+    runs = tmp_path / "runs"
+    config = tiny_config(tmp_path, runs)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "fedlight.cli", "fit", "-c", config],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    run_dir = runs / "fedavg-synthetic-iid-s0"
+    wait_for_rows(run_dir / "metrics.csv", 2, process, timeout=120)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    kept = rows(run_dir)
+    assert 2 <= len(kept) < 12
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert checkpoint["rounds_done"] == len(kept)  # the state after the last completed round
+    assert f"stopped after round {len(kept)}" in stderr
+    assert "--ckpt_path last" in stderr and config in stderr
+    assert len(stderr.strip().splitlines()) <= 2
+
+    main(["fit", "-c", config, "--ckpt_path", "last"])
+    reference = tmp_path / "reference"
+    main(["fit", "-c", config, "--trainer.default_root_dir", str(reference)])
+    resumed, uninterrupted = rows(run_dir), rows(reference / run_dir.name)
+    assert len(resumed) == len(uninterrupted) == 12
+    for a, b in zip(resumed, uninterrupted, strict=True):
+        for column in ("personalized_accuracy", "global_accuracy", "train_loss"):
+            assert float(a[column]) == pytest.approx(float(b[column]), rel=1e-6), column
+
+
+class FailsInRoundTwo(FedAvg):
+    def on_round_start(self, round, message):
+        if round == 1:
+            raise RuntimeError("disk full")
+        super().on_round_start(round, message)
+
+
+def test_a_failure_after_the_first_round_keeps_the_run_folder(tmp_path):
+    with pytest.raises(RuntimeError, match="disk full"):
+        tiny_trainer(tmp_path, rounds=3, run_name="late", checkpoint_every=10).fit(
+            make_client(FailsInRoundTwo), tiny_data())
+    assert len(rows(tmp_path / "late")) == 1
+
+
+def test_a_resume_under_a_changed_configuration_is_refused_naming_the_keys(tmp_path):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    before = rows(tmp_path / "r")
+    changed = tiny_trainer(tmp_path, rounds=3, run_name="r", seed=1, join_ratio=0.5)
+    with pytest.raises(ValueError) as error:
+        changed.fit(make_client(FedAvg), tiny_data(train_fraction=0.5), ckpt_path="last")
+    message = str(error.value)
+    for key in ("data.train_fraction: 0.75 -> 0.5", "trainer.seed: 0 -> 1",
+                "trainer.join_ratio: 1.0 -> 0.5"):
+        assert key in message
+    assert "trainer.rounds:" not in message  # extending a run is allowed
+    assert rows(tmp_path / "r") == before
+    with pytest.raises(ValueError, match=r"model.lr: 0.1 -> 0.2"):
+        tiny_trainer(tmp_path, run_name="r").test(make_client(FedAvg, lr=0.2), tiny_data())
+
+
+def test_extending_rounds_resumes_and_says_which_run(tmp_path, capsys):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    tiny_trainer(tmp_path, rounds=3, run_name="r").fit(make_client(FedAvg), tiny_data(),
+                                                       ckpt_path="last")
+    assert f"resuming run {tmp_path / 'r'} at round 2" in capsys.readouterr().out
+    assert [row["round"] for row in rows(tmp_path / "r")] == ["1", "2", "3"]
+    tiny_trainer(tmp_path, run_name="r").validate(make_client(FedAvg), tiny_data())
+    assert f"evaluating run {tmp_path / 'r'} at round 3" in capsys.readouterr().out
+
+
+def test_without_a_terminal_each_evaluated_round_prints_one_plain_line(tmp_path, capsys):
+    tiny_trainer(tmp_path, rounds=4, eval_every=2, progress_bar=True, verbose=False).fit(
+        make_client(FedAvg), tiny_data())  # pytest's captured stdout is not a terminal
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["round 2/4", "round 4/4"]
+    assert all("pers 0." in line and "glob 0." in line for line in lines)
+
+
+def test_best_checkpoint_is_chosen_on_validation_and_restores_the_reported_metrics(tmp_path):
+    data = tiny_data(val_fraction=0.25)
+    data.setup()
+    for split in data.splits:  # validation is cut from training, disjoint from test
+        assert len(split.val) and not set(split.val) & (set(split.train) | set(split.test))
+    trainer = tiny_trainer(tmp_path, rounds=5, run_name="v", checkpoint_every=10)
+    summary = trainer.fit(make_client(FedAvg, lr=0.3), data)
+    history = rows(tmp_path / "v")
+    val = [float(r["val_personalized_accuracy"]) for r in history]
+    best_round = max(range(len(val)), key=lambda i: (val[i], i)) + 1
+    assert summary["best_selected_on"] == "validation"
+    assert summary["best_personalized_accuracy_round"] == best_round
+    reported = float(history[best_round - 1]["personalized_accuracy"])
+    assert summary["best_personalized_accuracy"] == pytest.approx(reported)
+    best = tmp_path / "v" / "checkpoints" / "best.ckpt"
+    assert load_checkpoint(best)["rounds_done"] == best_round
+    metrics = tiny_trainer(tmp_path, run_name="v").test(make_client(FedAvg, lr=0.3),
+                                                        tiny_data(val_fraction=0.25), "best")
+    assert metrics["personalized_accuracy"] == pytest.approx(reported)
+    assert metrics["val_personalized_accuracy"] == pytest.approx(val[best_round - 1])
+
+
+def test_without_validation_the_protocol_is_unchanged(tmp_path):
+    summary = tiny_trainer(tmp_path, rounds=2, run_name="t").fit(make_client(FedAvg),
+                                                                 tiny_data())
+    assert summary["best_selected_on"] == "test"
+    assert "val_personalized_accuracy" not in rows(tmp_path / "t")[0]
+    assert not (tmp_path / "t" / "checkpoints" / "best.ckpt").exists()
+
+
+def test_export_partition_records_the_runs_partition_and_batch_size(tmp_path):
+    config = tiny_config(tmp_path, tmp_path / "runs", rounds=1, verbose=False)
+    main(["fit", "-c", config])
+    run_dir = tmp_path / "runs" / "fedavg-synthetic-iid-s0"
+    record = json.loads((run_dir / "partition.json").read_text())
+    assert record["merge_test"] is False and record["test_split_merged"] is False
+    for source, out in ((run_dir, "from_run"), (config, "from_config")):
+        main(["export-partition", str(source), str(tmp_path / out)])
+        exported = json.loads((tmp_path / out / "config.json").read_text())
+        assert exported["partition"] == "iid" and exported["alpha"] is None
+        assert exported["batch_size"] == 16  # trainer.batch_size of the config
