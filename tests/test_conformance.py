@@ -37,7 +37,7 @@ def build(cls: type[FederatedClient]) -> FederatedClient:
 
 def data(num_clients: int = 2, samples: int = 16):
     return tiny_data(num_clients=num_clients, synthetic_shape=SHAPE, synthetic_samples=samples,
-                     synthetic_classes=NUM_CLASSES)
+                     synthetic_classes=NUM_CLASSES, public_samples=2)  # for server-side methods
 
 
 def started(cls: type[FederatedClient]) -> FederatedClient:

@@ -113,6 +113,9 @@ class FederatedDataModule(L.LightningDataModule):
             split (0 = none, today's protocol). When positive, every evaluated round also
             scores the validation splits (val_* columns), the best round is chosen on
             validation and reported on test, and checkpoints/best.ckpt holds that round.
+        public_samples: size of the unlabeled public set a server rule may use (FedDF's
+            distillation set): that many inputs drawn without labels from the global test set
+            (MAP's protocol samples 500), seeded by seed; 0 = none.
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
@@ -138,6 +141,7 @@ class FederatedDataModule(L.LightningDataModule):
         size_sigma: float = 0.3,
         train_fraction: float = 0.75,
         val_fraction: float = 0.0,
+        public_samples: int = 0,
         merge_test: bool = False,
         root: str | None = None,
         download: bool = False,
@@ -160,6 +164,8 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        if public_samples < 0:
+            raise ValueError(f"public_samples must be >= 0, got {public_samples}")
         self.save_hyperparameters()
         self.source = source
         self.num_clients = num_clients
@@ -171,6 +177,7 @@ class FederatedDataModule(L.LightningDataModule):
         )
         self.train_fraction = train_fraction
         self.val_fraction = val_fraction
+        self.public_samples = public_samples
         self.merge_test = merge_test
         self.root = root
         self.download = download
@@ -281,6 +288,18 @@ class FederatedDataModule(L.LightningDataModule):
         """``(x, y)`` of the global test set."""
         self._require_setup()
         return self.global_x, self.global_y
+
+    def public_inputs(self) -> Tensor | None:
+        """The unlabeled public set (public_samples inputs of the global test set, drawn with
+        seed), or None when public_samples is 0."""
+        if not self.public_samples:
+            return None
+        x, _ = self.global_test()
+        if self.public_samples > len(x):
+            raise ValueError(f"public_samples {self.public_samples} exceeds the global test set "
+                             f"({len(x)} samples); valid: 0..{len(x)}")
+        generator = torch.Generator().manual_seed(self.seed)
+        return x[torch.randperm(len(x), generator=generator)[: self.public_samples]]
 
     def class_counts(self, client_id: int) -> Tensor:
         """Label counts of a client's training split, shape ``(num_classes,)``."""

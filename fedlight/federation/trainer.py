@@ -305,7 +305,8 @@ class FederatedTrainer:
         initial_shared = self.dist.broadcast(
             {k: state[k].detach().clone() for k in model.partition.shared}, device)
         self.server.setup(initial_shared, ServerContext(
-            self.num_clients, self.rounds, self.join_ratio, self.seed, self.weighting))
+            self.num_clients, self.rounds, self.join_ratio, self.seed, self.weighting,
+            datamodule.public_inputs()))
         self.population = Population(
             datamodule, self.dist, self.dist.broadcast(model.client_state()),
             self.client_state_storage, self.client_state_dir or self.default_root_dir,

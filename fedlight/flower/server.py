@@ -95,7 +95,7 @@ def serve(grid: Grid, run: FlowerRun, discovery_timeout: float = 600.0) -> Outco
     rule = run.server_rule()
     rule.setup(run.initial_shared, ServerContext(
         run.datamodule.num_clients, trainer.rounds, trainer.join_ratio, trainer.seed,
-        trainer.weighting))
+        trainer.weighting, run.datamodule.public_inputs()))
     nodes = discover_clients(grid, run.datamodule.num_clients, discovery_timeout)
     rule_name = type(rule).__name__
     writer = RunWriter(Distributed(trainer.fabric), trainer.default_root_dir, run_name(run),

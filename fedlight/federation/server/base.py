@@ -58,6 +58,7 @@ class ServerContext:
     join_ratio: float
     seed: int = 0
     weighting: str = "samples"  # trainer.weighting: "samples" or "uniform"
+    public_inputs: Tensor | None = None  # data.public_samples unlabeled inputs (FedDF), on CPU
 
 
 class Collectives(Protocol):
