@@ -61,6 +61,15 @@ def user_message(error: BaseException) -> str:
     missing = re.search(r"File does not exist: (.+)$", text)
     if missing:
         return f"config file {missing.group(1).strip()} does not exist"
+    key = re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.S)
+    if key:
+        text = f"{key.group(1)}: {_innermost(key.group(2))}"
+    choice = re.search(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", text)
+    if choice:
+        valid = [v.strip(" '\"") for v in choice.group(1).split(",")]
+        name = choice.group(2).strip()
+        return (f"{text[:choice.start()].strip()} got {name!r}; valid: {', '.join(valid)}"
+                + did_you_mean(name, valid))
     text = _innermost(text)
     return text + _suggestion(text)
 

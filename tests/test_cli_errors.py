@@ -78,3 +78,21 @@ def test_fit_model_help_prints_the_methods_options(form, capsys):
     out = capsys.readouterr().out
     assert "--model.lamda" in out and "--model.use_cov" in out  # GPFL's own switches
     assert "--trainer.rounds" not in out
+
+
+def test_a_bad_choice_names_the_option_and_the_valid_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "-c", DIRICHLET, "--trainer.weighting", "uniformm"])
+    assert capsys.readouterr().err.startswith(
+        "error: trainer.weighting: got 'uniformm'; valid: samples, uniform; "
+        "did you mean 'uniform'?")
+
+
+def test_fit_help_describes_trainer_options_and_ckpt_path(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--trainer.rounds ROUNDS communication rounds." in out
+    assert "--trainer.weighting {samples,uniform}" in out
+    assert "--ckpt_path CKPT_PATH resume a run" in out
+    assert "pfllib" in out and "digits5" in out and "``" not in out.split("--data.source")[1][:600]

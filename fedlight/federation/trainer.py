@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -55,45 +55,37 @@ VALIDATION_KEY = "val_personalized_accuracy"
 class FederatedTrainer:
     """Runs federated training of a FederatedClient over a FederatedDataModule.
 
-    Rounds and sampling:
+    Args:
         rounds: communication rounds.
         join_ratio: share of clients sampled each round (1.0 = all).
         drop_rate: share of each round's sampled clients that train but fail to report (their
             upload is not aggregated; their private state update is kept). Drawn from (seed,
-            round); at least one client reports. Logged as ``dropped`` when positive.
-        weighting: aggregation weights, ``samples`` (sample counts) or ``uniform``.
+            round); at least one client reports. Logged as dropped when positive.
+        weighting: aggregation weights, samples (sample counts) or uniform.
         seed: seed of model initialization, client sampling, batch order and every random
             draw of a method.
-        reinitialize: re-initialize the client's weights from ``seed`` at the start of fit
+        reinitialize: re-initialize the client's weights from seed at the start of fit
             (as the CLI does), so the same seed gives the same run from Python too; False
             trains the module's current weights (e.g. pre-trained ones).
-
-    Local training:
         local_epochs: local epochs E; a method's local_phases splits them.
         batch_size: local mini-batch size.
-        optimizer_state: ``fresh`` (a new optimizer every round) or ``persist`` (each client's
+        optimizer_state: fresh (a new optimizer every round) or persist (each client's
             optimizer and scheduler state is kept between rounds and in checkpoints).
         gradient_clip_val: clip gradients to this norm (or value) before each optimizer step,
             through the module's configure_gradient_clipping; None = no clipping.
-        gradient_clip_algorithm: ``norm`` or ``value``.
-
-    Evaluation:
+        gradient_clip_algorithm: norm or value.
         eval_every: evaluate every this many rounds (the last round always is).
         eval_batch_size: batch size of evaluation.
-
-    Output:
         default_root_dir: runs are written to <default_root_dir>/<run name>/.
         run_name: the run folder's name; default <method>-<source>-<partition>-s<seed>
             (-v2, -v3... appended when that folder exists).
-        logger: ``csv`` (always on), plus ``tensorboard`` and / or ``wandb``.
+        logger: csv (always on), plus tensorboard and / or wandb.
         wandb_project: W&B project (offline when no API key is set).
         checkpoint_every: write checkpoints/last.ckpt every this many rounds (and at the end).
         progress_bar: show a progress bar over rounds.
         verbose: print the partition table and the final summary table.
         probes: callbacks run after each evaluated round that add metric columns, e.g.
             DLGProbe (gradient-inversion leakage).
-
-    Scale-out:
         accelerator: Fabric accelerator (auto, cpu, cuda, ...).
         devices: Fabric devices; more than one runs one process per device, each training
             the sampled clients it owns (client i on rank i % world size); results do not
@@ -104,17 +96,17 @@ class FederatedTrainer:
             share one GPU, each training its own clients (results as with one process).
         strategy: how several processes start: auto / ddp (re-runs the command per rank),
             ddp_spawn / ddp_fork (from Python).
-        client_state_storage: where private states live between rounds: ``memory`` or
-            ``disk`` (one sparse memory-mapped file).
+        client_state_storage: where private states live between rounds: memory or
+            disk (one sparse memory-mapped file).
         client_state_dir: folder of the disk store's file; default default_root_dir.
         threads: torch intra-op threads per process: a count, ``auto`` (1 on CPU, torch's
             default on accelerators; robust when other programs share the cores) or None
             (torch's default).
 
-    The server side is the client's own rule (configure_server), or the ``server`` given to
-    fit (YAML: a top-level ``server:`` section) where the method allows it. Client-level DP
-    and the DLG probe moved out of the trainer: ``server: DPFedAvg`` and
-    ``trainer.probes: [DLGProbe]``.
+    The server side is the client's own rule (configure_server), or the server given to
+    fit (YAML: a top-level server: section) where the method allows it. Client-level DP
+    and the DLG probe moved out of the trainer: server: DPFedAvg and
+    trainer.probes: [DLGProbe].
     """
 
     def __init__(
@@ -122,14 +114,14 @@ class FederatedTrainer:
         rounds: int = 100,
         join_ratio: float = 1.0,
         drop_rate: float = 0.0,
-        weighting: str = "samples",
+        weighting: Literal["samples", "uniform"] = "samples",
         seed: int = 0,
         reinitialize: bool = True,
         local_epochs: int = 1,
         batch_size: int = 10,
-        optimizer_state: str = "fresh",
+        optimizer_state: Literal["fresh", "persist"] = "fresh",
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         eval_every: int = 1,
         eval_batch_size: int = 512,
         default_root_dir: str = "runs",
@@ -145,7 +137,7 @@ class FederatedTrainer:
         num_nodes: int = 1,
         precision: str = "32-true",
         strategy: str = "auto",
-        client_state_storage: str = "memory",
+        client_state_storage: Literal["memory", "disk"] = "memory",
         client_state_dir: str | None = None,
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
