@@ -437,3 +437,17 @@ def test_privatization_family_scores_after_local_training_by_default():
     assert make(way="Ab").evaluate_after_local_training
     assert make(AutoSA).evaluate_after_local_training
     assert not make(way="Ab", evaluate_after_training=False).evaluate_after_local_training
+
+
+def test_autohs_trains_on_sampled_coefficients_and_logs_the_loss():
+    client = make(AutoHS, hard=False)
+    client.alpha.data = torch.tensor([[0.5, -0.5]])
+    client.capture_logs(True)
+    client.train()
+    torch.manual_seed(9)
+    loss = client.training_step((X, Y), 0)
+    torch.manual_seed(9)
+    sampled = F.cross_entropy(client.fused_logits(X, sample=True), Y)
+    torch.testing.assert_close(loss, sampled)
+    assert not torch.allclose(loss, F.cross_entropy(client.fused_logits(X, sample=False), Y))
+    assert {"train_loss", "coef/a0", "coef/b1"} <= set(client.pop_federated_logs())
