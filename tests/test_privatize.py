@@ -152,8 +152,13 @@ def test_double_encoder_averages_features_and_double_head_shares_the_feature():
     torch.testing.assert_close(private, client.private["b"](h))
     mean = (F.softmax(shared, -1) + F.softmax(private, -1)) / 2
     torch.testing.assert_close(client(X), mean.log())
+    client.capture_logs(True)
     loss = client.training_step((X, Y), 0)
     torch.testing.assert_close(loss, F.cross_entropy(shared, Y) + F.cross_entropy(private, Y))
+    logs = client.pop_federated_logs()
+    torch.testing.assert_close(logs["ce/shared_path"], F.cross_entropy(shared, Y))
+    torch.testing.assert_close(logs["ce/private_path"], F.cross_entropy(private, Y))
+    torch.testing.assert_close(logs["train_loss"], loss)
 
     client = make(way="ABb", combine="product").eval()
     product = F.softmax(shared, -1) * F.softmax(private, -1)
