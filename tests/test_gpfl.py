@@ -85,8 +85,10 @@ def test_loss_is_lp_plus_cosine_cross_entropy_plus_lambda_frobenius_norm():
     client = with_context(make_gpfl(lamda=0.5))
     x, y = batch()
     f_g, f_p = client.routes(x)
-    assert torch.allclose(client.training_step((x, y), 0), hand_loss(client, x, y, f_g, f_p),
-                          atol=1e-5)
+    client.capture_logs(True)
+    loss = client.training_step((x, y), 0)
+    assert torch.allclose(loss, hand_loss(client, x, y, f_g, f_p), atol=1e-5)
+    assert torch.allclose(client.pop_federated_logs()["train_loss"], loss.detach())
     # L_alg alone, against a hand-written cross-entropy over cosine similarities.
     alg = F.cross_entropy(client.alignment_logits(f_g), y)
     no_alg = hand_loss(client, x, y, f_g, f_p, alg=False)

@@ -152,8 +152,13 @@ def test_double_encoder_averages_features_and_double_head_shares_the_feature():
     torch.testing.assert_close(private, client.private["b"](h))
     mean = (F.softmax(shared, -1) + F.softmax(private, -1)) / 2
     torch.testing.assert_close(client(X), mean.log())
+    client.capture_logs(True)
     loss = client.training_step((X, Y), 0)
     torch.testing.assert_close(loss, F.cross_entropy(shared, Y) + F.cross_entropy(private, Y))
+    logs = client.pop_federated_logs()
+    torch.testing.assert_close(logs["ce/shared_path"], F.cross_entropy(shared, Y))
+    torch.testing.assert_close(logs["ce/private_path"], F.cross_entropy(private, Y))
+    torch.testing.assert_close(logs["train_loss"], loss)
 
     client = make(way="ABb", combine="product").eval()
     product = F.softmax(shared, -1) * F.softmax(private, -1)
@@ -437,3 +442,17 @@ def test_privatization_family_scores_after_local_training_by_default():
     assert make(way="Ab").evaluate_after_local_training
     assert make(AutoSA).evaluate_after_local_training
     assert not make(way="Ab", evaluate_after_training=False).evaluate_after_local_training
+
+
+def test_autohs_trains_on_sampled_coefficients_and_logs_the_loss():
+    client = make(AutoHS, hard=False)
+    client.alpha.data = torch.tensor([[0.5, -0.5]])
+    client.capture_logs(True)
+    client.train()
+    torch.manual_seed(9)
+    loss = client.training_step((X, Y), 0)
+    torch.manual_seed(9)
+    sampled = F.cross_entropy(client.fused_logits(X, sample=True), Y)
+    torch.testing.assert_close(loss, sampled)
+    assert not torch.allclose(loss, F.cross_entropy(client.fused_logits(X, sample=False), Y))
+    assert {"train_loss", "coef/a0", "coef/b1"} <= set(client.pop_federated_logs())
