@@ -32,8 +32,15 @@ TINY = ["--trainer.rounds", "1", "--trainer.batch_size", "50", "--trainer.progre
         "--trainer.logger", "csv"]
 
 
+@pytest.fixture
+def no_figures(monkeypatch):
+    """The two figures of a run (tested in test_report) cost ~2 s of each config's run."""
+    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
+
+
 @pytest.mark.parametrize("config", RUNNABLE, ids=_id)
-def test_config_runs_one_round(config, tmp_path):
+def test_config_runs_one_round(config, tmp_path, no_figures):
     main(["fit", "-c", str(config), *TINY, "--trainer.default_root_dir", str(tmp_path)])
     summaries = list(tmp_path.glob("*/summary.json"))
     assert len(summaries) == 1
@@ -43,7 +50,7 @@ def test_config_runs_one_round(config, tmp_path):
 
 
 @pytest.mark.parametrize("config", SERVER, ids=_id)
-def test_server_fragment_runs_after_a_method_config(config, tmp_path):
+def test_server_fragment_runs_after_a_method_config(config, tmp_path, no_figures):
     main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "-c", str(config), *TINY,
           "--data.num_clients", "8", "--trainer.default_root_dir", str(tmp_path)])
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
