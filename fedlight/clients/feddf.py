@@ -137,7 +137,8 @@ class EnsembleDistillation(WeightedMean):
         generator = torch.Generator().manual_seed(stream)
         with torch.enable_grad():
             for _ in range(self.steps):
-                batch = torch.randint(len(self.public), (self.batch_size,), generator=generator)
+                size = min(self.batch_size, len(self.public))  # never more than the set
+                batch = torch.randint(len(self.public), (size,), generator=generator)
                 student = F.log_softmax(
                     self.model.global_forward(self.public[batch]) / self.temperature, dim=-1)
                 loss = F.kl_div(student, teacher[batch], reduction="batchmean")

@@ -10,6 +10,7 @@ code.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Mapping
 from typing import Any
@@ -46,13 +47,13 @@ def unpack(data: bytes) -> Any:
 
 
 def pack_scores(scores: Mapping[str, Score]) -> bytes:
-    """Per-output scores of one client (correct, total, summed loss)."""
-    return pack({name: [s.correct, s.total, s.loss_sum] for name, s in scores.items()})
+    """Per-output scores of one client: every Score field (correct, total, summed loss,
+    per-class stat scores, AUC), so the server computes the same metrics as the simulator."""
+    return pack({name: dataclasses.asdict(s) for name, s in scores.items()})
 
 
 def unpack_scores(data: bytes) -> dict[str, Score]:
-    return {name: Score(float(c), int(t), float(loss)) for name, (c, t, loss) in
-            unpack(data).items()}
+    return {name: Score(**fields) for name, fields in unpack(data).items()}
 
 
 __all__ = ["pack", "pack_scores", "record_to_state", "state_to_record", "unpack",
