@@ -10,7 +10,6 @@ one and results do not depend on the order or process in which clients are train
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -22,12 +21,9 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import (
     BEST,
     LAST,
-    RESUMABLE_CHANGES,
-    check_compatible,
-    check_same_config,
     load_checkpoint,
-    run_checkpoint,
 )
+from fedlight.federation.checkpointing import RunCheckpoints
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.interrupt import RunInterrupted, StopSignals
@@ -48,11 +44,8 @@ from fedlight.federation.sampling import derive_seed, drop_clients, sample_clien
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
 from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, prepare_run
 
-#: The column a best round is chosen on when data.val_fraction > 0.
-VALIDATION_KEY = "val_personalized_accuracy"
 
-
-class FederatedTrainer:
+class FederatedTrainer(RunCheckpoints):
     """Runs federated training of a FederatedClient over a FederatedDataModule.
 
     Args:
@@ -246,32 +239,6 @@ class FederatedTrainer:
         self.writer.close()
         return summary
 
-    def validate(self, model: FederatedClient, datamodule: FederatedDataModule,
-                 ckpt_path: str | None = "last") -> dict[str, float]:
-        """Evaluate a run's checkpoint on the clients' local test splits and the global test.
-
-        Args:
-            model: the client module the run trained.
-            datamodule: the run's federated data.
-            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
-                with data.val_fraction > 0) for the newest checkpoint of the run this
-                configuration names.
-        """
-        return self._evaluate_checkpoint(model, datamodule, ckpt_path, "validate")
-
-    def test(self, model: FederatedClient, datamodule: FederatedDataModule,
-             ckpt_path: str | None = "last") -> dict[str, float]:
-        """Evaluate a run's checkpoint like validate and write test_metrics.json.
-
-        Args:
-            model: the client module the run trained.
-            datamodule: the run's federated data.
-            ckpt_path: a checkpoint file, or last (best: the round chosen on validation,
-                with data.val_fraction > 0) for the newest checkpoint of the run this
-                configuration names.
-        """
-        return self._evaluate_checkpoint(model, datamodule, ckpt_path, "test")
-
     def load_client(self, client_id: int, round_idx: int) -> FederatedClient:
         """The live module loaded as client ``client_id`` about to train in ``round_idx`` (its
         download and private state, train mode, ``on_round_start`` called); for probes."""
@@ -389,51 +356,6 @@ class FederatedTrainer:
             row.update(probe.on_round_end(self, round_idx))
         return row
 
-    # ================================================================= checkpoints
-    def _best_on_validation(self, row: dict[str, Any]) -> bool:
-        """Whether ``row`` (the newest history row) ties or beats every earlier round on
-        validation personalized accuracy (as the summary's best round is chosen)."""
-        value = row.get(VALIDATION_KEY)
-        if value is None or not math.isfinite(value):
-            return False
-        earlier = [r[VALIDATION_KEY] for r in self.history[:-1]
-                   if r.get(VALIDATION_KEY) is not None and math.isfinite(r[VALIDATION_KEY])]
-        return value >= max(earlier, default=-math.inf)
-
-    def _save_checkpoint(self, rounds_done: int, names: list[str] | None = None) -> None:
-        """Write the state after ``rounds_done`` rounds to checkpoints/<name> for each name
-        (last.ckpt by default; best.ckpt for a new best round on validation)."""
-        names = names or [LAST]
-        population = self.population.checkpoint()  # a collective: every rank takes part
-        if self.dist.is_writer:
-            state = run_checkpoint(
-                rounds_done, type(self.client).__name__, self.server, population,
-                grad_scale=self.grad_scale.value, history=self.history, totals=self.totals,
-                config=self._hyperparameters())
-            for name in names:
-                self.writer.save_checkpoint(state, name)
-        if LAST in names:
-            self.rounds_saved = rounds_done
-
-    def _check_checkpoint(self, checkpoint: dict[str, Any], states_only: bool = False) -> None:
-        """Refuse a checkpoint of another method, rule or configuration (evaluating one,
-        ``states_only``, only needs the same method, model and data)."""
-        check_compatible(checkpoint, type(self.client).__name__,
-                         None if states_only else type(self.server).__name__)
-        ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
-        check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
-
-    def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
-        self.server.load_state_dict(checkpoint["server"])
-        self.server.to(self.fabric.device)
-        self.population.restore(checkpoint)
-        if not states_only:
-            self.grad_scale.load(checkpoint.get("grad_scale"))
-            self.history = list(checkpoint["history"])
-            self.totals = dict(checkpoint["totals"])
-            self.writer.folder.write_history(self.history)
-        return int(checkpoint["rounds_done"])
-
     # ================================================================= the end
     def _finish(self) -> dict[str, Any]:
         rounds_done = self.history[-1]["round"] if self.history else 0
@@ -448,26 +370,6 @@ class FederatedTrainer:
             **self.server.summary(rounds_done),
         }, self.evaluator.per_client_rows())
 
-    def _evaluate_checkpoint(self, model: FederatedClient, datamodule: FederatedDataModule,
-                             ckpt_path: str | None, stage: str) -> dict[str, float]:
-        if needs_launch(self.fabric):  # several processes: start them, each evaluates
-            return launch(self, "_evaluate_checkpoint", model, datamodule, ckpt_path, stage)
-        self.reinitialize = False  # the checkpoint holds the weights
-        self._prepare(model, datamodule)
-        try:
-            file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
-            checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
-            self._check_checkpoint(checkpoint, states_only=True)
-            self.writer.open_existing(file)
-            rounds_done = self._restore(checkpoint, states_only=True)
-            self.writer.announce("evaluating", file, rounds_done)
-            metrics = self.evaluator.evaluate(self.client, self.server, rounds_done, None)
-        finally:
-            self.client.capture_logs(False)
-        self.writer.print_metrics(stage, metrics)
-        if stage == "test":
-            self.writer.folder.write_json("test_metrics.json", metrics)
-        return metrics
 
 
 __all__ = ["MOVED_OPTIONS", "FederatedTrainer", "derive_seed", "sample_clients"]
