@@ -13,7 +13,9 @@ Settings (``--setting``):
 Methods (``--methods``, default all of METHODS present in ``fedlight.clients``): the references
 FedAvg, Local and FedProx, the personalization baselines, and the methods the seed papers compare
 against (SCAFFOLD, FedDyn, FedNova, MOON, FedBABU, APFL, Per-FedAvg, pFedMe, FedMMD, FLDA,
-FedAwS, DittoRS, ScaRS). Every method uses its class defaults otherwise. The partition is fixed
+FedAwS, DittoRS, ScaRS, FedDF). Every method uses its class defaults otherwise; FedDF's
+server distils on an unlabeled public set of 500 test inputs (``data.public_samples``, MAP's
+protocol), the only per-method data option. The partition is fixed
 (data seed 0); the seed changes model initialization, batch order and the methods' randomness.
 
 Printed per method, mean ± std over seeds, in %: best and last personalized accuracy (pooled
@@ -21,10 +23,12 @@ over clients), best and last global accuracy ("-" without a global model), the f
 (``personalized_accuracy_std``) at the round of best personalized accuracy and at the last
 round, and wall seconds per round. ``--jobs N`` runs N runs at a time in separate processes
 (each with ``--threads`` torch threads); the footer gives wall time and the CPU time of all
-processes.
+processes. ``--cache FILE`` appends each finished run to a JSON-lines file and skips
+runs already there, so an interrupted table resumes where it stopped.
 
     python benchmarks/compare_baselines.py --setting dirichlet --rounds 40 --seeds 3 \
-        --jobs 2 --threads 1 --out benchmarks/results/baselines_dirichlet.md
+        --jobs 2 --threads 1 --cache /tmp/dirichlet.jsonl \
+        --out benchmarks/results/baselines_dirichlet.md
     python benchmarks/compare_baselines.py --setting incomplete --rounds 40 --seeds 3 \
         --jobs 2 --threads 1 --out benchmarks/results/baselines_incomplete.md
 """
@@ -32,6 +36,7 @@ processes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -53,8 +58,11 @@ from fedlight.federation import FederatedTrainer  # noqa: E402
 
 METHODS = ("FedAvg", "Local", "FedProx", "FedPer", "FedRep", "FedBN", "LGFedAvg", "Ditto",
            "FedRoD", "FedProto", "GPFL", "SCAFFOLD", "FedDyn", "FedNova", "MOON", "FedBABU",
-           "APFL", "PerFedAvg", "PFedMe", "FedMMD", "FLDA", "FedAwS", "DittoRS", "ScaRS")
+           "APFL", "PerFedAvg", "PFedMe", "FedMMD", "FLDA", "FedAwS", "DittoRS", "ScaRS",
+           "FedDF")
 BACKBONE = {"FedBN": "cnn_bn"}
+#: data-module options a method needs beyond its setting's (FedDF's server-side public set)
+METHOD_DATA = {"FedDF": {"public_samples": 500}}
 GPFL_WORKLOAD = {"model": {"lr": 0.005},
                  "trainer": {"join_ratio": 1.0, "local_epochs": 1, "batch_size": 10,
                              "weighting": "samples"}}
@@ -80,7 +88,8 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
              ) -> dict[str, float | None]:
     """One federated run; returns the figures of one table row (fractions, seconds)."""
     options = SETTINGS[setting]
-    data = FederatedDataModule(source="mnist5k", seed=0, **options["data"])
+    data = FederatedDataModule(source="mnist5k", seed=0, **options["data"],
+                               **METHOD_DATA.get(method, {}))
     torch.manual_seed(seed)
     model = CLIENTS[method](backbone=BACKBONE.get(method, "cnn"), num_classes=10,
                             input_shape=(1, 28, 28), **options["model"])
@@ -104,6 +113,26 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
     }
 
 
+def read_cache(path: Path | None, setting: str, rounds: int
+               ) -> dict[tuple[str, int], dict[str, float | None]]:
+    """Finished runs of this setting and horizon in a ``--cache`` file: (method, seed) -> row."""
+    if path is None or not path.exists():
+        return {}
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["method"], r["seed"]): r["row"] for r in runs
+            if r["setting"] == setting and r["rounds"] == rounds}
+
+
+def append_cache(path: Path | None, setting: str, rounds: int, method: str, seed: int,
+                 row: dict[str, float | None]) -> None:
+    """Append one finished run to the ``--cache`` file (one JSON object per line)."""
+    if path is None:
+        return
+    record = {"setting": setting, "rounds": rounds, "method": method, "seed": seed, "row": row}
+    with path.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
 def cell(values: list[float | None], percent: bool = True) -> str:
     """``mean ± std`` over seeds (std 0 for one seed); ``-`` when the method has no value."""
     if any(v is None for v in values):
@@ -125,6 +154,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="JSON-lines file of finished runs: appended to, and runs already "
+                             "in it (same setting, rounds, method, seed) are not run again")
     args = parser.parse_args(argv)
     if min(args.rounds, args.seeds, args.jobs) < 1:
         parser.error(f"--rounds, --seeds and --jobs must be >= 1, got {args.rounds}, "
@@ -138,11 +170,19 @@ def main(argv: list[str] | None = None) -> str:
     methods = [m for m in args.methods if m in CLIENTS]
     missing = [m for m in args.methods if m not in CLIENTS]
     rows: dict[str, dict[str, list[float | None]]] = {}
+    cached = read_cache(args.cache, args.setting, args.rounds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = {method: [pool.submit(run_once, method, s, args.rounds, args.setting,
-                                        args.threads) for s in seeds] for method in methods}
+                                        args.threads) if (method, s) not in cached else None
+                            for s in seeds] for method in methods}
         for method, runs in futures.items():
-            results = [f.result() for f in runs]
+            results = []
+            for seed, future in zip(seeds, runs, strict=True):
+                if future is None:
+                    results.append(cached[method, seed])
+                    continue
+                results.append(future.result())
+                append_cache(args.cache, args.setting, args.rounds, method, seed, results[-1])
             rows[method] = {c: [r[c] for r in results] for c in COLUMNS}
             print(f"  {method:<10} best pers. {cell(rows[method]['best pers.'])}",
                   file=sys.stderr, flush=True)

@@ -18,11 +18,7 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.checkpoint import (
-    BEST,
-    LAST,
-    load_checkpoint,
-)
+from fedlight.federation.checkpoint import BEST, LAST, load_checkpoint
 from fedlight.federation.checkpointing import RunCheckpoints
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
@@ -369,7 +365,6 @@ class FederatedTrainer(RunCheckpoints):
             "bytes_down": self.totals["bytes_down"],
             **self.server.summary(rounds_done),
         }, self.evaluator.per_client_rows())
-
 
 
 __all__ = ["MOVED_OPTIONS", "FederatedTrainer", "derive_seed", "sample_clients"]
