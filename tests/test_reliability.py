@@ -112,6 +112,21 @@ def test_a_resume_under_a_changed_configuration_is_refused_naming_the_keys(tmp_p
         tiny_trainer(tmp_path, run_name="r").test(make_client(FedAvg, lr=0.2), tiny_data())
 
 
+def test_last_names_exactly_this_seeds_run_never_a_longer_seed(tmp_path):
+    tiny_trainer(tmp_path, rounds=1, seed=10).fit(make_client(FedAvg), tiny_data())
+    (seed_10,) = [p.name for p in tmp_path.iterdir()]
+    assert seed_10.endswith("-s10")
+    with pytest.raises(FileNotFoundError, match=f"no run named '{seed_10[:-1]}'"):
+        tiny_trainer(tmp_path, rounds=2, seed=1).fit(make_client(FedAvg), tiny_data(),
+                                                     ckpt_path="last")
+    tiny_trainer(tmp_path, rounds=1, seed=1).fit(make_client(FedAvg), tiny_data())
+    tiny_trainer(tmp_path, rounds=1, seed=1).fit(make_client(FedAvg), tiny_data())  # -v2
+    resumed = tiny_trainer(tmp_path, rounds=2, seed=1)
+    resumed.fit(make_client(FedAvg), tiny_data(), ckpt_path="last")
+    assert resumed.run_dir.name == seed_10[:-1] + "-v2"  # the newest run of seed 1
+    assert [row["round"] for row in rows(tmp_path / seed_10)] == ["1"]
+
+
 def test_extending_rounds_resumes_and_says_which_run(tmp_path, capsys):
     tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
     tiny_trainer(tmp_path, rounds=3, run_name="r").fit(make_client(FedAvg), tiny_data(),
