@@ -24,7 +24,7 @@ class FedBN(FederatedClient):
 
     Args:
         backbone: a backbone with BatchNorm layers; default ``"cnn_bn"`` (the 4-layer CNN with
-            BatchNorm after each conv and the hidden FC, the shape of FedBN's digits model).
+            BatchNorm after each conv and the hidden FC; smaller than FedBN's own digits model).
         **kwargs: the base client's arguments (``lr``, ...). The paper trains with SGD,
             lr 0.01, batch 32, 1 local epoch.
 

@@ -221,8 +221,10 @@ class FedPick(FederatedClient):
         ensemble: predict with ``h_g(z_g) + h_p(z_p)``; False = ``solo_head`` only.
         solo_head: ``"global"`` or ``"personalized"``: the classifier that predicts when
             ``ensemble`` is False (ignored otherwise).
-        backbone: default ``"cnn_bn"`` (the 4-layer CNN with BatchNorm of FedBN's digits
-            experiments). A backbone without BatchNorm makes ``private_bn`` a no-op.
+        backbone: default ``"cnn_bn"`` (the 4-layer FedAvg CNN with BatchNorm; the mask sits
+            on its 512-d FC feature, not on the paper's 8192 conv features of FedBN's digits
+            model, which the zoo does not hold yet). A backbone without BatchNorm makes
+            ``private_bn`` a no-op.
         mask_lr_scale: learning-rate multiplier of the mask network (1: the paper).
         mask_init_bias: initial bias of the mask network's output layer (``None``: PyTorch's
             default initialization, the paper's).

@@ -137,10 +137,14 @@ def cnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
 
 
 def cnn_bn(input_shape: Sequence[int], num_classes: int) -> Backbone:
-    """``cnn`` with BatchNorm, as FedBN's digits model: BN2d after each conv, BN1d after the FC.
+    """``cnn`` with BatchNorm: BN2d after each conv, BN1d after the FC, each before its ReLU.
 
-    Each BatchNorm sits before its ReLU. Its running statistics are buffers under
-    ``encoder.``, so FedBN keeps them private by name like any other tensor.
+    It is the FedAvg CNN with BatchNorm added, not FedBN's digits model (three 5x5 convs
+    64-64-128 with padding 2, FC 2048-512; 8192 conv features at 32x32, the feature size
+    FedPick's paper reports on Digits-Five), which the zoo does not hold yet.
+
+    Its running statistics are buffers under ``encoder.``, so FedBN keeps them private by name
+    like any other tensor.
     """
     return conv_backbone(
         "cnn_bn", input_shape, num_classes, FEDAVG_CNN, fc_dims=(512,), batch_norm=True
