@@ -84,8 +84,8 @@ COLUMNS = ("best pers.", "last pers.", "best global", "last global", "std @ best
            "std last", "s / round")
 
 
-def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | None
-             ) -> dict[str, float | None]:
+def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | None,
+             eval_every: int = 1) -> dict[str, float | None]:
     """One federated run; returns the figures of one table row (fractions, seconds)."""
     options = SETTINGS[setting]
     data = FederatedDataModule(source="mnist5k", seed=0, **options["data"],
@@ -97,6 +97,7 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
         trainer = FederatedTrainer(rounds=rounds, seed=seed, accelerator="cpu",
                                    default_root_dir=root, logger="csv", progress_bar=False,
                                    checkpoint_every=rounds, threads=threads, verbose=False,
+                                   eval_every=eval_every,
                                    **options["trainer"])
         summary = trainer.fit(model, data)
     history = trainer.history
@@ -109,26 +110,28 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
         "last global": summary["last_global_accuracy"],
         "std @ best": at_best["personalized_accuracy_std"],
         "std last": history[-1]["personalized_accuracy_std"],
-        "s / round": summary["seconds"] / max(len(history), 1),
+        "s / round": summary["seconds"] / max(summary["rounds"], 1),  # train + aggregate
     }
 
 
-def read_cache(path: Path | None, setting: str, rounds: int
+def read_cache(path: Path | None, setting: str, horizon: tuple[int, int]
                ) -> dict[tuple[str, int], dict[str, float | None]]:
-    """Finished runs of this setting and horizon in a ``--cache`` file: (method, seed) -> row."""
+    """Finished runs of this setting and horizon ((rounds, eval_every)) in a ``--cache`` file:
+    (method, seed) -> row."""
     if path is None or not path.exists():
         return {}
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {(r["method"], r["seed"]): r["row"] for r in runs
-            if r["setting"] == setting and r["rounds"] == rounds}
+            if r["setting"] == setting and (r["rounds"], r.get("eval_every", 1)) == horizon}
 
 
-def append_cache(path: Path | None, setting: str, rounds: int, method: str, seed: int,
-                 row: dict[str, float | None]) -> None:
+def append_cache(path: Path | None, setting: str, horizon: tuple[int, int], method: str,
+                 seed: int, row: dict[str, float | None]) -> None:
     """Append one finished run to the ``--cache`` file (one JSON object per line)."""
     if path is None:
         return
-    record = {"setting": setting, "rounds": rounds, "method": method, "seed": seed, "row": row}
+    record = {"setting": setting, "rounds": horizon[0], "eval_every": horizon[1],
+              "method": method, "seed": seed, "row": row}
     with path.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
 
@@ -153,14 +156,17 @@ def main(argv: list[str] | None = None) -> str:
                         help="client class names (default: the baselines and GPFL)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
+    parser.add_argument("--eval-every", type=int, default=1,
+                        help="evaluate every this many rounds (and the last); best-of columns "
+                             "are then over the evaluated rounds only")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     parser.add_argument("--cache", type=Path, default=None,
                         help="JSON-lines file of finished runs: appended to, and runs already "
                              "in it (same setting, rounds, method, seed) are not run again")
     args = parser.parse_args(argv)
-    if min(args.rounds, args.seeds, args.jobs) < 1:
-        parser.error(f"--rounds, --seeds and --jobs must be >= 1, got {args.rounds}, "
-                     f"{args.seeds} and {args.jobs}")
+    if min(args.rounds, args.seeds, args.jobs, args.eval_every) < 1:
+        parser.error(f"--rounds, --seeds, --jobs and --eval-every must be >= 1, got "
+                     f"{args.rounds}, {args.seeds}, {args.jobs} and {args.eval_every}")
     unknown = [m for m in args.methods if m not in METHODS and m not in CLIENTS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {sorted(CLIENTS)}")
@@ -170,10 +176,12 @@ def main(argv: list[str] | None = None) -> str:
     methods = [m for m in args.methods if m in CLIENTS]
     missing = [m for m in args.methods if m not in CLIENTS]
     rows: dict[str, dict[str, list[float | None]]] = {}
-    cached = read_cache(args.cache, args.setting, args.rounds)
+    horizon = (args.rounds, args.eval_every)
+    cached = read_cache(args.cache, args.setting, horizon)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = {method: [pool.submit(run_once, method, s, args.rounds, args.setting,
-                                        args.threads) if (method, s) not in cached else None
+                                        args.threads, args.eval_every)
+                            if (method, s) not in cached else None
                             for s in seeds] for method in methods}
         for method, runs in futures.items():
             results = []
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> str:
                     results.append(cached[method, seed])
                     continue
                 results.append(future.result())
-                append_cache(args.cache, args.setting, args.rounds, method, seed, results[-1])
+                append_cache(args.cache, args.setting, horizon, method, seed, results[-1])
             rows[method] = {c: [r[c] for r in results] for c in COLUMNS}
             print(f"  {method:<10} best pers. {cell(rows[method]['best pers.'])}",
                   file=sys.stderr, flush=True)
@@ -195,7 +203,8 @@ def main(argv: list[str] | None = None) -> str:
         "",
         f"Data {SETTINGS[args.setting]['data']}; model {SETTINGS[args.setting]['model']} "
         f"(4-layer CNN, `cnn_bn` for FedBN); trainer {SETTINGS[args.setting]['trainer']}; "
-        f"**{args.rounds} rounds**, seeds {seeds} (mean ± std over seeds), accuracies in %. "
+        f"**{args.rounds} rounds**, evaluated every {args.eval_every} round(s) and the last, "
+        f"seeds {seeds} (mean ± std over seeds), accuracies in %. "
         "\"std\" is the std of the clients' personalized accuracies (fairness; lower is "
         "fairer); \"-\": no global model.",
         "",
