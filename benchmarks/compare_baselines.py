@@ -27,10 +27,13 @@ processes. ``--cache FILE`` appends each finished run to a JSON-lines file and s
 runs already there, so an interrupted table resumes where it stopped.
 
     python benchmarks/compare_baselines.py --setting dirichlet --rounds 40 --seeds 3 \
-        --jobs 2 --threads 1 --cache /tmp/dirichlet.jsonl \
+        --eval-every 5 --jobs 2 --threads 1 \
+        --cache benchmarks/results/baselines_dirichlet.jsonl \
         --out benchmarks/results/baselines_dirichlet.md
     python benchmarks/compare_baselines.py --setting incomplete --rounds 40 --seeds 3 \
-        --jobs 2 --threads 1 --out benchmarks/results/baselines_incomplete.md
+        --eval-every 5 --jobs 2 --threads 1 \
+        --cache benchmarks/results/baselines_incomplete.jsonl \
+        --out benchmarks/results/baselines_incomplete.md
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ def read_cache(path: Path | None, setting: str, horizon: tuple[int, int]
         return {}
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {(r["method"], r["seed"]): r["row"] for r in runs
-            if r["setting"] == setting and (r["rounds"], r.get("eval_every", 1)) == horizon}
+            if r["setting"] == setting and (r["rounds"], r["eval_every"]) == horizon}
 
 
 def append_cache(path: Path | None, setting: str, horizon: tuple[int, int], method: str,
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     parser.add_argument("--cache", type=Path, default=None,
                         help="JSON-lines file of finished runs: appended to, and runs already "
-                             "in it (same setting, rounds, method, seed) are not run again")
+                             "in it (same setting, rounds, eval-every, method, seed) are not run "
+                             "again")
     args = parser.parse_args(argv)
     if min(args.rounds, args.seeds, args.jobs, args.eval_every) < 1:
         parser.error(f"--rounds, --seeds, --jobs and --eval-every must be >= 1, got "
