@@ -13,9 +13,11 @@ Settings (``--setting``):
 Methods (``--methods``, default all of METHODS present in ``fedlight.clients``): the references
 FedAvg, Local and FedProx, the personalization baselines, and the methods the seed papers compare
 against (SCAFFOLD, FedDyn, FedNova, MOON, FedBABU, APFL, Per-FedAvg, pFedMe, FedMMD, FLDA,
-FedAwS, DittoRS, ScaRS, FedDF). Every method uses its class defaults otherwise; FedDF's
-server distils on an unlabeled public set of 500 test inputs (``data.public_samples``, MAP's
-protocol), the only per-method data option. The partition is fixed
+FedAwS, DittoRS, ScaRS, FedDF) and FedOpt's four server rules (FedAvgM, FedAdam, FedYogi,
+FedAdagrad: FedAvg clients under the rule of ``configs/server/<name>.yaml``). Every method
+uses its class defaults otherwise; FedDF's server distils on an unlabeled public set of 500
+test inputs (``data.public_samples``, MAP's protocol), the only per-method data option. The
+partition is fixed
 (data seed 0); the seed changes model initialization, batch order and the methods' randomness.
 
 Printed per method, mean ± std over seeds, in %: best and last personalized accuracy (pooled
@@ -54,15 +56,24 @@ os.environ.setdefault("WANDB_MODE", "offline")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from fedlight.clients import CLIENTS  # noqa: E402
 from fedlight.data import FederatedDataModule  # noqa: E402
 from fedlight.federation import FederatedTrainer  # noqa: E402
+from fedlight.federation import server as server_rules  # noqa: E402
+from fedlight.federation.server import ServerRule  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 METHODS = ("FedAvg", "Local", "FedProx", "FedPer", "FedRep", "FedBN", "LGFedAvg", "Ditto",
            "FedRoD", "FedProto", "GPFL", "SCAFFOLD", "FedDyn", "FedNova", "MOON", "FedBABU",
            "APFL", "PerFedAvg", "PFedMe", "FedMMD", "FLDA", "FedAwS", "DittoRS", "ScaRS",
-           "FedDF")
+           "FedDF", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad")
+#: FedOpt rows (Reddi et al. 2021): FedAvg clients under a server rule, built from the shipped
+#: fragment configs/server/<name>.yaml so the table uses the settings a user gets
+SERVER_ROWS = {"FedAvgM": "fedavgm", "FedAdam": "fedadam", "FedYogi": "fedyogi",
+               "FedAdagrad": "fedadagrad"}
 BACKBONE = {"FedBN": "cnn_bn"}
 #: data-module options a method needs beyond its setting's (FedDF's server-side public set)
 METHOD_DATA = {"FedDF": {"public_samples": 500}}
@@ -87,6 +98,15 @@ COLUMNS = ("best pers.", "last pers.", "best global", "last global", "std @ best
            "std last", "s / round")
 
 
+def server_rule(method: str) -> ServerRule | None:
+    """The FedOpt row's server rule from its shipped config fragment; None for client rows."""
+    if method not in SERVER_ROWS:
+        return None
+    spec = yaml.safe_load((CONFIGS / "server" / f"{SERVER_ROWS[method]}.yaml").read_text())
+    rule = spec["server"]
+    return getattr(server_rules, rule["class_path"])(**rule.get("init_args", {}))
+
+
 def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | None,
              eval_every: int = 1) -> dict[str, float | None]:
     """One federated run; returns the figures of one table row (fractions, seconds)."""
@@ -94,7 +114,8 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
     data = FederatedDataModule(source="mnist5k", seed=0, **options["data"],
                                **METHOD_DATA.get(method, {}))
     torch.manual_seed(seed)
-    model = CLIENTS[method](backbone=BACKBONE.get(method, "cnn"), num_classes=10,
+    client = "FedAvg" if method in SERVER_ROWS else method
+    model = CLIENTS[client](backbone=BACKBONE.get(method, "cnn"), num_classes=10,
                             input_shape=(1, 28, 28), **options["model"])
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(rounds=rounds, seed=seed, accelerator="cpu",
@@ -102,7 +123,7 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
                                    checkpoint_every=rounds, threads=threads, verbose=False,
                                    eval_every=eval_every,
                                    **options["trainer"])
-        summary = trainer.fit(model, data)
+        summary = trainer.fit(model, data, server=server_rule(method))
     history = trainer.history
     best_round = summary["best_personalized_accuracy_round"]
     at_best = next(r for r in history if r["round"] == best_round)
@@ -171,14 +192,15 @@ def main(argv: list[str] | None = None) -> str:
     if min(args.rounds, args.seeds, args.jobs, args.eval_every) < 1:
         parser.error(f"--rounds, --seeds, --jobs and --eval-every must be >= 1, got "
                      f"{args.rounds}, {args.seeds}, {args.jobs} and {args.eval_every}")
-    unknown = [m for m in args.methods if m not in METHODS and m not in CLIENTS]
+    unknown = [m for m in args.methods
+               if m not in METHODS and m not in CLIENTS and m not in SERVER_ROWS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {sorted(CLIENTS)}")
 
     started, cpu_started = time.perf_counter(), time.process_time()
     seeds = list(range(args.seeds))
-    methods = [m for m in args.methods if m in CLIENTS]
-    missing = [m for m in args.methods if m not in CLIENTS]
+    methods = [m for m in args.methods if m in CLIENTS or m in SERVER_ROWS]
+    missing = [m for m in args.methods if m not in methods]
     rows: dict[str, dict[str, list[float | None]]] = {}
     horizon = (args.rounds, args.eval_every)
     cached = read_cache(args.cache, args.setting, horizon)
