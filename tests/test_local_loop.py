@@ -12,7 +12,8 @@ from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader
 
 from fedlight.clients import FedAvg, Phase
-from fedlight.federation.local import LocalLoop, parse_optimizers
+from fedlight.federation.local import LocalLoop, parse_optimizers, reads_stale_gradients
+from fedlight.federation.population import seed_global_rngs
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 
@@ -160,3 +161,66 @@ def test_persisted_optimizer_state_survives_a_resume(tmp_path):
     for client_id in range(4):
         for key, value in full.client_states[client_id].items():
             assert torch.equal(value, resumed.client_states[client_id][key])
+
+
+class ReadsGradientsAfterStep(FedAvg):
+    """Overrides on_train_batch_end to look at the gradients the step left behind."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.grads_seen_after_step: list[bool] = []
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.grads_seen_after_step.append(
+            all(p.grad is not None for p in self.parameters()))
+
+
+def grads_alive_at_each_forward(client) -> list[bool]:
+    """Train one 3-batch phase; whether the previous step's gradients were still alive at
+    each forward (a torch forward pre-hook, not a Lightning hook)."""
+    alive: list[bool] = []
+    handle = client.model.register_forward_pre_hook(
+        lambda module, args: alive.append(any(p.grad is not None for p in module.parameters())))
+    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+        client, Phase("train", 1), lambda: iter(batches()))
+    handle.remove()
+    return alive
+
+
+def test_gradients_are_freed_after_the_step_unless_a_later_hook_may_read_them():
+    plain = make_client(FedAvg)
+    assert not reads_stale_gradients(plain)
+    assert grads_alive_at_each_forward(plain) == [False, False, False]
+
+    reading = make_client(ReadsGradientsAfterStep)
+    assert reads_stale_gradients(reading)
+    # Lightning's timing: gradients live until the next step's zero_grad
+    assert grads_alive_at_each_forward(reading) == [False, True, True]
+    assert reading.grads_seen_after_step == [True, True, True]
+    # a hook set on the instance counts too
+    patched = make_client(FedAvg)
+    patched.on_before_zero_grad = lambda optimizer: None
+    assert reads_stale_gradients(patched)
+    # freeing early changes no number
+    for key, value in plain.state_dict().items():
+        assert torch.equal(reading.state_dict()[key], value), key
+
+
+def test_hooks_receive_the_configured_torch_optimizer():
+    seen = []
+
+    class Recording(FedAvg):
+        def on_before_optimizer_step(self, optimizer) -> None:
+            seen.append(type(optimizer))
+
+    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+        make_client(Recording), Phase("train", 1), lambda: iter(batches(1)))
+    assert seen == [torch.optim.SGD]
+
+
+def test_client_seeding_gives_torch_manual_seeds_cpu_stream():
+    torch.manual_seed(11)
+    expected = torch.rand(5)
+    torch.manual_seed(0)
+    seed_global_rngs(11, torch.device("cpu"))
+    assert torch.equal(torch.rand(5), expected)

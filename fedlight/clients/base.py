@@ -232,6 +232,8 @@ class FederatedClient(L.LightningModule):
 
     def client_state(self) -> dict[str, Tensor]:
         """Detached CPU copies of the private partition: what the orchestrator stores."""
+        if not self.partition.private:
+            return {}
         state = self.state_dict()
         return {k: state[k].detach().to("cpu", copy=True) for k in self.partition.private}
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.fabric import Fabric
 from torch import Tensor, nn
@@ -208,7 +209,7 @@ class LocalLoop:
         Returns the summed loss, the number of optimizer steps and, with ``persist``, the
         optimizer / scheduler state to restore next time."""
         client.phase = phase.name
-        loss_sum = torch.zeros((), device=self.fabric.device)
+        losses: list[Tensor] = []  # summed once per phase: one op, not one per step
         steps = 0
         with only_trainable(client, phase.trainable), client.local_loop():
             if optimizer is None:
@@ -221,7 +222,12 @@ class LocalLoop:
                 optimizer.load_state_dict(optimizer_state["optimizer"])
                 for config, state in zip(schedulers, optimizer_state["schedulers"], strict=True):
                     config.scheduler.load_state_dict(state)
-            wrapped = self.fabric.setup_optimizers(optimizer)
+            # Fabric sets the optimizer up for its strategy; the steps below then call the
+            # strategy directly on the torch optimizer: _FabricOptimizer.step makes a
+            # runtime-Protocol isinstance check per call and its zero_grad resolves every
+            # attribute through __getattr__ (~25 us a step, 4 % of a small CNN's step on CPU).
+            optimizer = self.fabric.setup_optimizers(optimizer).optimizer
+            release_grads = not reads_stale_gradients(client)
             budget = phase.max_steps if phase.max_steps is not None else float("inf")
             for epoch in range(phase.epochs):
                 if steps >= budget:
@@ -230,21 +236,23 @@ class LocalLoop:
                 for batch_idx, batch in enumerate(epoch_batches()):
                     if steps >= budget or client.on_train_batch_start(batch, batch_idx) == -1:
                         break
-                    loss = self._step(client, wrapped, batch, batch_idx)
+                    loss = self._step(client, optimizer, batch, batch_idx, release_grads)
                     if loss is not None:
-                        loss_sum += loss
+                        losses.append(loss)
                         steps += 1
                     _step_schedulers(client, schedulers, "step", batch_idx)
                 client.on_train_epoch_end()
                 _step_schedulers(client, schedulers, "epoch", epoch)
-            wrapped.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=True)
         state = ({"optimizer": _cpu_copy(optimizer.state_dict()),
                   "schedulers": [_cpu_copy(c.scheduler.state_dict()) for c in schedulers]}
                  if self.persist else None)
+        loss_sum = (torch.stack(losses).sum() if losses
+                    else torch.zeros((), device=self.fabric.device))
         return loss_sum, steps, state
 
-    def _step(self, client: FederatedClient, optimizer: Any, batch: Batch,
-              batch_idx: int) -> Tensor | None:
+    def _step(self, client: FederatedClient, optimizer: torch.optim.Optimizer, batch: Batch,
+              batch_idx: int, release_grads: bool = False) -> Tensor | None:
         with self.fabric.autocast():  # a direct training_step call bypasses Fabric's forward
             output = client.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, dict) else output
@@ -255,13 +263,33 @@ class LocalLoop:
             self.fabric.backward(loss)
             client.on_after_backward()
             # fp16: hooks and clipping see unscaled gradients (no-op for other precisions)
-            self.fabric.strategy.precision.unscale_gradients(optimizer.optimizer)
+            self.fabric.strategy.precision.unscale_gradients(optimizer)
             client.on_before_optimizer_step(optimizer)
             client.configure_gradient_clipping(optimizer, self.gradient_clip_val,
                                                self.gradient_clip_algorithm)
-            optimizer.step()
+            self.fabric.strategy.optimizer_step(optimizer)  # precision-aware (fp16 scaler)
+            if release_grads:
+                optimizer.zero_grad(set_to_none=True)
         client.on_train_batch_end(output, batch, batch_idx)
         return None if loss is None else loss.detach().float()
+
+
+#: hooks that run between an optimizer step and the next step's zero_grad
+_HOOKS_AFTER_STEP = ("on_train_batch_end", "lr_scheduler_step", "on_train_epoch_end",
+                     "on_train_epoch_start", "on_train_batch_start", "on_before_zero_grad")
+
+
+def reads_stale_gradients(client: nn.Module) -> bool:
+    """Whether ``client`` overrides a hook that could read the gradients a step leaves behind.
+
+    Lightning keeps a step's gradients until the next step's ``zero_grad``, i.e. through the
+    next forward; the loop frees them right after the optimizer step instead when no hook
+    in between is overridden: the next forward then reuses their memory rather than
+    allocating anew (~0.1 ms a step, 2 % of a small CNN's round on CPU). With any of these
+    hooks overridden, Lightning's timing is kept exactly."""
+    # a hook set on the instance (a bound method or a plain function) counts as overridden
+    return any(getattr(getattr(client, name), "__func__", None)
+               is not getattr(L.LightningModule, name) for name in _HOOKS_AFTER_STEP)
 
 
 def _scale_lr(optimizer: torch.optim.Optimizer, schedulers: list[SchedulerConfig],
@@ -296,4 +324,4 @@ def _cpu_copy(obj: Any) -> Any:
 
 
 __all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
-           "only_trainable", "parse_optimizers"]
+           "only_trainable", "parse_optimizers", "reads_stale_gradients"]
