@@ -18,6 +18,10 @@ runs through the LightningModule hooks in the order of Lightning's automatic opt
       schedulers with interval "epoch" (every `frequency` epochs)
     on_train_end
 
+The step's gradients are freed right after ``opt.step()`` unless the module overrides a hook
+that runs before the next ``zero_grad`` (see :func:`reads_stale_gradients`); Lightning frees
+them at that ``zero_grad``. Hooks receive the torch optimizer ``configure_optimizers`` built.
+
 ``configure_optimizers`` may return any form Lightning accepts for automatic optimization:
 an optimizer, a one-element list or tuple, ``([optimizer], [schedulers])``, or a dict
 ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler", "interval", "frequency"}}``.
