@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", default=None,
                         help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="write the Markdown here too")
+    parser.add_argument("--backbone", default="cnn_bn", choices=("cnn_bn", "digit_cnn"),
+                        help="cnn_bn (CPU-sized, default) or digit_cnn (the paper's FedBN digits "
+                             "CNN, 8192-d features: GPU-sized)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fedpick_bench_") as scratch:
         report(args, Path(args.root or scratch), argv)
@@ -251,7 +254,10 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
                                merge_test=True, train_fraction=0.6, seed=0)
     data.setup()
     names = list(data.data.domain_names or DIGITS5_DOMAINS)
-    COMMON.update(num_classes=data.num_classes, input_shape=data.input_shape)
+    COMMON.update(num_classes=data.num_classes, input_shape=data.input_shape,
+                  backbone=args.backbone)
+    if args.backbone == "digit_cnn":  # the paper's layout: the mask on the 8192 conv features
+        COMMON["backbone_kwargs"] = {"all_fc_head": True}
     seeds = range(args.seeds)
 
     methods = method_factories()

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from fedlight.data import FederatedDataModule
 from fedlight.data.partition import PARTITIONS, partition_labels, split_client
 
 NUM_CLASSES = 10
@@ -213,3 +214,22 @@ def test_split_client_edges() -> None:
 def test_split_client_rejects_bad_fraction(fraction: float) -> None:
     with pytest.raises(ValueError, match=f"train_fraction={fraction}"):
         split_client(np.arange(10), fraction, np.random.default_rng(0))
+
+
+def test_max_client_samples_caps_each_client_in_proportion():
+    options = dict(source="mnist5k", num_clients=10, partition="dirichlet", beta=0.5, seed=0)
+    full = FederatedDataModule(**options)
+    capped = FederatedDataModule(**options, max_client_samples=50)
+    full.setup()
+    capped.setup()
+    cut = 0
+    for whole, part in zip(full.splits, capped.splits, strict=True):
+        total = len(whole.train) + len(whole.test)
+        assert len(part.train) + len(part.test) == min(50, total)
+        assert set(part.train) <= set(whole.train) and set(part.test) <= set(whole.test)
+        if total > 50:
+            cut += 1
+            assert abs(len(part.train) / 50 - len(whole.train) / total) <= 0.02
+    assert cut > 0
+    with pytest.raises(ValueError, match="max_client_samples must be at least 2"):
+        FederatedDataModule(**options, max_client_samples=1)

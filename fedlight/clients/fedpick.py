@@ -176,9 +176,12 @@ class FedPick(FederatedClient):
       ``L_dis(y_p, y_u)`` is taken as a typo), temperature 1, gradient into both sides; each loss
       is a batch mean;
     * the ensemble adds logits (the digest's reading of Eq. 14), not probabilities;
-    * the PFSM reads the encoder's feature (``cnn_bn``: the 512-d output of the hidden FC after
-      BatchNorm and ReLU; the paper's Digits CNN gives 8192-d) and trains the encoder through
-      ``z_p``, ``z_u`` and the mask network's input (no detach);
+    * the PFSM reads the encoder's feature and trains the encoder through ``z_p``, ``z_u`` and
+      the mask network's input (no detach). With ``digit_cnn`` and ``all_fc_head: true``
+      (FedBN's digits CNN, the paper's Digits-Five model and ``configs/fedpick/digits5.yaml``'s)
+      that is the 8192-d conv output and ``h_g`` is the FC stack 2048-512-U; with ``cnn_bn``
+      (the CPU-sized ablation configs) the 512-d output of the hidden FC after BatchNorm and
+      ReLU;
     * "shared PFSM" shares all of ``varphi``, ``h_p``, ``h_u`` (the paper's ``psi_i``).
 
     Making selection happen (opt-in knobs, none in the paper; defaults leave the paper's

@@ -39,6 +39,24 @@ class ClientSplit:
 _VAL_STREAM = 0x56414C
 
 
+#: Tags the max_client_samples draw apart from the partition's.
+_CAP_STREAM = 0x434150
+
+
+def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
+    """At most ``limit`` samples of a client: train and test cut in proportion (each keeps at
+    least one sample if it had one), drawn at random."""
+    n_train, n_test = len(split.train), len(split.test)
+    if n_train + n_test <= limit:
+        return split
+    keep_train = min(n_train, max(1, round(limit * n_train / (n_train + n_test))))
+    keep_test = min(n_test, limit - keep_train)
+    if n_test and not keep_test:
+        keep_train, keep_test = keep_train - 1, 1
+    return ClientSplit(np.sort(rng.choice(split.train, keep_train, replace=False)),
+                       np.sort(rng.choice(split.test, keep_test, replace=False)), split.val)
+
+
 def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generator) -> ClientSplit:
     """Move ``round(fraction * n_train)`` random training samples of a client (at least one,
     and never its last training sample) to its validation split."""
@@ -116,6 +134,9 @@ class FederatedDataModule(L.LightningDataModule):
         public_samples: size of the unlabeled public set a server rule may use (FedDF's
             distillation set): that many inputs drawn without labels from the global test set
             (MAP's protocol samples 500), seeded by seed; 0 = none.
+        max_client_samples: keep at most this many samples of each client (its train and
+            test splits cut in proportion, at random, seeded by seed), for a quick check of a
+            heavy config; None = all (the protocol).
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
@@ -142,6 +163,7 @@ class FederatedDataModule(L.LightningDataModule):
         train_fraction: float = 0.75,
         val_fraction: float = 0.0,
         public_samples: int = 0,
+        max_client_samples: int | None = None,
         merge_test: bool = False,
         root: str | None = None,
         download: bool = False,
@@ -166,6 +188,9 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
             raise ValueError(f"public_samples must be >= 0, got {public_samples}")
+        if max_client_samples is not None and max_client_samples < 2:
+            raise ValueError(f"max_client_samples must be at least 2 (one train and one test "
+                             f"sample) or null for all, got {max_client_samples}")
         self.save_hyperparameters()
         self.source = source
         self.num_clients = num_clients
@@ -178,6 +203,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_fraction = train_fraction
         self.val_fraction = val_fraction
         self.public_samples = public_samples
+        self.max_client_samples = max_client_samples
         self.merge_test = merge_test
         self.root = root
         self.download = download
@@ -218,6 +244,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
         self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
         self.splits = self._split(data, merge)
+        if self.max_client_samples is not None:
+            rng = np.random.default_rng([self.seed, _CAP_STREAM])
+            self.splits = [cap_split(s, self.max_client_samples, rng) for s in self.splits]
         if self.val_fraction:
             rng = np.random.default_rng([self.seed, _VAL_STREAM])
             self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedlight.models.backbone import CUTS, Backbone, check_num_classes
-from fedlight.models.cnn import cnn, cnn_bn, lenet, mlp, tfcnn
+from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, lenet, mlp, tfcnn
 from fedlight.models.resnet import resnet18
 from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
 
@@ -21,6 +21,7 @@ __all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
 BACKBONES: dict[str, Callable[..., Backbone]] = {
     "cnn": cnn,
     "cnn_bn": cnn_bn,
+    "digit_cnn": digit_cnn,
     "lenet": lenet,
     "mlp": mlp,
     "tfcnn": tfcnn,
