@@ -23,7 +23,9 @@ partition is fixed
 Printed per method, mean ± std over seeds, in %: best and last personalized accuracy (pooled
 over clients), best and last global accuracy ("-" without a global model), the fairness std
 (``personalized_accuracy_std``) at the round of best personalized accuracy and at the last
-round, and wall seconds per round. ``--jobs N`` runs N runs at a time in separate processes
+round, and wall seconds per round. A run whose loss becomes non-finite (the trainer stops it with a
+FloatingPointError) is recorded as diverged, and its method's row is over its other seeds.
+``--jobs N`` runs N runs at a time in separate processes
 (each with ``--threads`` torch threads); the footer gives wall time and the CPU time of all
 processes. ``--cache FILE`` appends each finished run to a JSON-lines file and skips
 runs already there, so an interrupted table resumes where it stopped.
@@ -123,7 +125,10 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
                                    checkpoint_every=rounds, threads=threads, verbose=False,
                                    eval_every=eval_every,
                                    **options["trainer"])
-        summary = trainer.fit(model, data, server=server_rule(method))
+        try:
+            summary = trainer.fit(model, data, server=server_rule(method))
+        except FloatingPointError as error:  # a diverged run is a result, not a crash
+            return {"error": str(error)}
     history = trainer.history
     best_round = summary["best_personalized_accuracy_round"]
     at_best = next(r for r in history if r["round"] == best_round)
@@ -202,6 +207,7 @@ def main(argv: list[str] | None = None) -> str:
     methods = [m for m in args.methods if m in CLIENTS or m in SERVER_ROWS]
     missing = [m for m in args.methods if m not in methods]
     rows: dict[str, dict[str, list[float | None]]] = {}
+    errors: dict[str, tuple[int, int, str]] = {}  # method -> (failed, runs, first message)
     horizon = (args.rounds, args.eval_every)
     cached = read_cache(args.cache, args.setting, horizon)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -217,7 +223,11 @@ def main(argv: list[str] | None = None) -> str:
                     continue
                 results.append(future.result())
                 append_cache(args.cache, args.setting, horizon, method, seed, results[-1])
-            rows[method] = {c: [r[c] for r in results] for c in COLUMNS}
+            failed = [r["error"] for r in results if "error" in r]
+            if failed:
+                errors[method] = (len(failed), len(results), failed[0])
+            finished = [r for r in results if "error" not in r] or [dict.fromkeys(COLUMNS)]
+            rows[method] = {c: [r[c] for r in finished] for c in COLUMNS}
             print(f"  {method:<10} best pers. {cell(rows[method]['best pers.'])}",
                   file=sys.stderr, flush=True)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -239,7 +249,12 @@ def main(argv: list[str] | None = None) -> str:
     ]
     for method in methods:
         cells = [cell(rows[method][c], percent=c != "s / round") for c in COLUMNS]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        label = method + (f" (diverged in {errors[method][0]} of {errors[method][1]} seeds)"
+                          if method in errors else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for method, (failed, runs, message) in errors.items():
+        lines += ["", f"{method}: {failed} of {runs} runs stopped on a non-finite loss; the "
+                  f"row is over the others (\"-\" if none). First message: {message}"]
     if missing:
         lines += ["", f"Not in fedlight.clients when this ran (skipped): {', '.join(missing)}."]
     lines += ["", f"{len(methods) * len(seeds)} runs in {args.jobs} process(es) x "
