@@ -14,7 +14,8 @@ Methods (``--methods``, default all of METHODS present in ``fedlight.clients``):
 FedAvg, Local and FedProx, the personalization baselines, and the methods the seed papers compare
 against (SCAFFOLD, FedDyn, FedNova, MOON, FedBABU, APFL, Per-FedAvg, pFedMe, FedMMD, FLDA,
 FedAwS, DittoRS, ScaRS, FedDF) and FedOpt's four server rules (FedAvgM, FedAdam, FedYogi,
-FedAdagrad: FedAvg clients under the rule of ``configs/server/<name>.yaml``). Every method
+FedAdagrad: FedAvg clients under the rule of ``configs/server/<name>.yaml``), and variant rows
+(``SCAFFOLD-m0``, ``ScaRS-m0``: without momentum, see ``MODEL_VARIANTS``). Every method
 uses its class defaults otherwise; FedDF's server distils on an unlabeled public set of 500
 test inputs (``data.public_samples``, MAP's protocol), the only per-method data option. The
 partition is fixed
@@ -76,6 +77,10 @@ METHODS = ("FedAvg", "Local", "FedProx", "FedPer", "FedRep", "FedBN", "LGFedAvg"
 #: fragment configs/server/<name>.yaml so the table uses the settings a user gets
 SERVER_ROWS = {"FedAvgM": "fedavgm", "FedAdam": "fedadam", "FedYogi": "fedyogi",
                "FedAdagrad": "fedadagrad"}
+#: variant rows: a client class with model arguments changed from the setting's (SCAFFOLD's
+#: control variates assume plain SGD steps; under MAP's momentum 0.9 they overshoot)
+MODEL_VARIANTS = {"SCAFFOLD-m0": ("SCAFFOLD", {"momentum": 0.0}),
+                  "ScaRS-m0": ("ScaRS", {"momentum": 0.0})}
 BACKBONE = {"FedBN": "cnn_bn"}
 #: data-module options a method needs beyond its setting's (FedDF's server-side public set)
 METHOD_DATA = {"FedDF": {"public_samples": 500}}
@@ -116,9 +121,10 @@ def run_once(method: str, seed: int, rounds: int, setting: str, threads: int | N
     data = FederatedDataModule(source="mnist5k", seed=0, **options["data"],
                                **METHOD_DATA.get(method, {}))
     torch.manual_seed(seed)
-    client = "FedAvg" if method in SERVER_ROWS else method
+    client, changes = MODEL_VARIANTS.get(method, ("FedAvg" if method in SERVER_ROWS else method,
+                                                  {}))
     model = CLIENTS[client](backbone=BACKBONE.get(method, "cnn"), num_classes=10,
-                            input_shape=(1, 28, 28), **options["model"])
+                            input_shape=(1, 28, 28), **{**options["model"], **changes})
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(rounds=rounds, seed=seed, accelerator="cpu",
                                    default_root_dir=root, logger="csv", progress_bar=False,
@@ -198,13 +204,15 @@ def main(argv: list[str] | None = None) -> str:
         parser.error(f"--rounds, --seeds, --jobs and --eval-every must be >= 1, got "
                      f"{args.rounds}, {args.seeds}, {args.jobs} and {args.eval_every}")
     unknown = [m for m in args.methods
-               if m not in METHODS and m not in CLIENTS and m not in SERVER_ROWS]
+               if m not in METHODS and m not in CLIENTS and m not in SERVER_ROWS
+               and m not in MODEL_VARIANTS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {sorted(CLIENTS)}")
 
     started, cpu_started = time.perf_counter(), time.process_time()
     seeds = list(range(args.seeds))
-    methods = [m for m in args.methods if m in CLIENTS or m in SERVER_ROWS]
+    methods = [m for m in args.methods
+               if m in CLIENTS or m in SERVER_ROWS or m in MODEL_VARIANTS]
     missing = [m for m in args.methods if m not in methods]
     rows: dict[str, dict[str, list[float | None]]] = {}
     errors: dict[str, tuple[int, int, str]] = {}  # method -> (failed, runs, first message)
