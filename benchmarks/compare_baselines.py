@@ -18,15 +18,15 @@ FedAdagrad: FedAvg clients under the rule of ``configs/server/<name>.yaml``), an
 (``SCAFFOLD-m0``, ``ScaRS-m0``: without momentum, see ``MODEL_VARIANTS``). Every method
 uses its class defaults otherwise; FedDF's server distils on an unlabeled public set of 500
 test inputs (``data.public_samples``, MAP's protocol), the only per-method data option. The
-partition is fixed
-(data seed 0); the seed changes model initialization, batch order and the methods' randomness.
+partition is fixed (data seed 0); the seed changes model initialization, batch order and the
+methods' randomness.
 
 Printed per method, mean ± std over seeds, in %: best and last personalized accuracy (pooled
 over clients), best and last global accuracy ("-" without a global model), the fairness std
 (``personalized_accuracy_std``) at the round of best personalized accuracy and at the last
-round, and wall seconds per round. A run whose loss becomes non-finite (the trainer stops it with a
-FloatingPointError) is recorded as diverged, and its method's row is over its other seeds.
-``--jobs N`` runs N runs at a time in separate processes
+round, and wall seconds per round. A run whose loss becomes non-finite (the trainer stops it
+with a FloatingPointError) is recorded as diverged, and its method's row is over its other
+seeds. ``--jobs N`` runs N runs at a time in separate processes
 (each with ``--threads`` torch threads); the footer gives wall time and the CPU time of all
 processes. ``--cache FILE`` appends each finished run to a JSON-lines file and skips
 runs already there, so an interrupted table resumes where it stopped.
@@ -77,8 +77,8 @@ METHODS = ("FedAvg", "Local", "FedProx", "FedPer", "FedRep", "FedBN", "LGFedAvg"
 #: fragment configs/server/<name>.yaml so the table uses the settings a user gets
 SERVER_ROWS = {"FedAvgM": "fedavgm", "FedAdam": "fedadam", "FedYogi": "fedyogi",
                "FedAdagrad": "fedadagrad"}
-#: variant rows: a client class with model arguments changed from the setting's (SCAFFOLD's
-#: control variates assume plain SGD steps; under MAP's momentum 0.9 they overshoot)
+#: variant rows: a client class with model arguments changed from the setting's (whether
+#: SCAFFOLD / ScaRS still diverge at MAP's lr 0.03 without its momentum 0.9: they do)
 MODEL_VARIANTS = {"SCAFFOLD-m0": ("SCAFFOLD", {"momentum": 0.0}),
                   "ScaRS-m0": ("ScaRS", {"momentum": 0.0})}
 BACKBONE = {"FedBN": "cnn_bn"}
@@ -203,16 +203,14 @@ def main(argv: list[str] | None = None) -> str:
     if min(args.rounds, args.seeds, args.jobs, args.eval_every) < 1:
         parser.error(f"--rounds, --seeds, --jobs and --eval-every must be >= 1, got "
                      f"{args.rounds}, {args.seeds}, {args.jobs} and {args.eval_every}")
-    unknown = [m for m in args.methods
-               if m not in METHODS and m not in CLIENTS and m not in SERVER_ROWS
-               and m not in MODEL_VARIANTS]
+    runnable = {*CLIENTS, *SERVER_ROWS, *MODEL_VARIANTS}
+    unknown = [m for m in args.methods if m not in METHODS and m not in runnable]
     if unknown:
-        parser.error(f"unknown method(s) {unknown}; valid: {sorted(CLIENTS)}")
+        parser.error(f"unknown method(s) {unknown}; valid: {sorted(runnable)}")
 
     started, cpu_started = time.perf_counter(), time.process_time()
     seeds = list(range(args.seeds))
-    methods = [m for m in args.methods
-               if m in CLIENTS or m in SERVER_ROWS or m in MODEL_VARIANTS]
+    methods = [m for m in args.methods if m in runnable]
     missing = [m for m in args.methods if m not in methods]
     rows: dict[str, dict[str, list[float | None]]] = {}
     errors: dict[str, tuple[int, int, str]] = {}  # method -> (failed, runs, first message)

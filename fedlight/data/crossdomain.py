@@ -83,14 +83,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits
+from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
 
 if TYPE_CHECKING:  # sources.py imports this module: import it lazily at run time
     from fedlight.data.sources import SourceData, SourceRequest
 
 __all__ = [
     "CROSSDOMAIN_LOADERS", "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
-    "texture_patches", "to_source",
+    "to_source",
 ]
 
 DIGITS5_DOMAINS: tuple[str, ...] = ("mnist", "mnist_m", "usps_like", "synth_like", "svhn_like")
@@ -144,40 +144,6 @@ def _mnist32() -> tuple[Tensor, np.ndarray]:
     pixels, labels = _mnist5k_arrays()
     grey = torch.from_numpy(np.asarray(pixels, np.float32)).reshape(-1, 1, 28, 28) / 255
     return _resize(grey), np.asarray(labels, np.int64)
-
-
-@functools.lru_cache(maxsize=1)
-def _photos() -> tuple[Tensor, ...]:
-    """scikit-learn's two sample photographs at scales 1, 1/2 and 1/4, each ``(3, H, W)``."""
-    from sklearn.datasets import load_sample_image
-
-    pyramids = []
-    for name in ("china.jpg", "flower.jpg"):
-        pixels = np.array(load_sample_image(name))  # (H, W, 3) uint8, copied: writable
-        photo = torch.from_numpy(pixels).permute(2, 0, 1).float().div(255.0).contiguous()
-        for factor in (1, 2, 4):
-            pyramids.append(F.avg_pool2d(photo[None], factor)[0] if factor > 1 else photo)
-    return tuple(pyramids)
-
-
-def texture_patches(count: int, rng: np.random.Generator) -> Tensor:
-    """``count`` random ``3 x 32 x 32`` crops of the sample photographs, each flipped and its
-    colour channels permuted at random (12 colourings of each crop)."""
-    photos = _photos()
-    which = rng.integers(len(photos), size=count)
-    flips = rng.random((count, 2)) < 0.5
-    orders = [rng.permutation(3) for _ in range(count)]
-    patches = torch.empty(count, 3, SIZE, SIZE)
-    for i, p in enumerate(which):
-        photo = photos[p]
-        top = int(rng.integers(photo.shape[1] - SIZE + 1))
-        left = int(rng.integers(photo.shape[2] - SIZE + 1))
-        # index_select, not advanced indexing: the latter costs ms per call in some sessions
-        patch = photo[:, top:top + SIZE, left:left + SIZE].index_select(
-            0, torch.from_numpy(orders[i]))
-        dims = [d for d, flip in zip((1, 2), flips[i], strict=True) if flip]
-        patches[i] = patch.flip(dims) if dims else patch
-    return patches
 
 
 def _mnist_m(digits: Tensor, rng: np.random.Generator) -> Tensor:

@@ -8,6 +8,8 @@ images depend on the matplotlib version only, never on the fonts a machine has i
 Each image is a labelled digit near the centre of a ``32 x 32`` canvas with, as in
 house-number crops, parts of neighbouring digits at the sides; size, rotation, shear,
 position, colours, background, blur and noise are drawn per image from a :class:`Style`.
+:func:`texture_patches` cuts the photo crops both the SVHN-like backgrounds and the MNIST-M-like
+blends use.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["FONT_FILES", "SVHN_LIKE", "SYNTH_LIKE", "Style", "glyph_bank", "render_digits"]
+__all__ = ["FONT_FILES", "SVHN_LIKE", "SYNTH_LIKE", "Style", "glyph_bank", "render_digits",
+           "texture_patches"]
 
 FONT_FILES: tuple[str, ...] = (
     "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf",
@@ -149,10 +152,42 @@ def _masks(labels: np.ndarray, style: Style, rng: np.random.Generator) -> Tensor
     return mask
 
 
+@functools.lru_cache(maxsize=1)
+def _photos() -> tuple[Tensor, ...]:
+    """scikit-learn's two sample photographs at scales 1, 1/2 and 1/4, each ``(3, H, W)``."""
+    from sklearn.datasets import load_sample_image
+
+    pyramids = []
+    for name in ("china.jpg", "flower.jpg"):
+        pixels = np.array(load_sample_image(name))  # (H, W, 3) uint8, copied: writable
+        photo = torch.from_numpy(pixels).permute(2, 0, 1).float().div(255.0).contiguous()
+        for factor in (1, 2, 4):
+            pyramids.append(F.avg_pool2d(photo[None], factor)[0] if factor > 1 else photo)
+    return tuple(pyramids)
+
+
+def texture_patches(count: int, rng: np.random.Generator) -> Tensor:
+    """``count`` random ``3 x 32 x 32`` crops of the sample photographs, each flipped and its
+    colour channels permuted at random (12 colourings of each crop)."""
+    photos = _photos()
+    which = rng.integers(len(photos), size=count)
+    flips = rng.random((count, 2)) < 0.5
+    orders = [rng.permutation(3) for _ in range(count)]
+    patches = torch.empty(count, 3, SIZE, SIZE)
+    for i, p in enumerate(which):
+        photo = photos[p]
+        top = int(rng.integers(photo.shape[1] - SIZE + 1))
+        left = int(rng.integers(photo.shape[2] - SIZE + 1))
+        # index_select, not advanced indexing: the latter costs ms per call in some sessions
+        patch = photo[:, top:top + SIZE, left:left + SIZE].index_select(
+            0, torch.from_numpy(orders[i]))
+        dims = [d for d, flip in zip((1, 2), flips[i], strict=True) if flip]
+        patches[i] = patch.flip(dims) if dims else patch
+    return patches
+
+
 def _backgrounds(n: int, style: Style, rng: np.random.Generator) -> Tensor:
     if style.photo_background:
-        from fedlight.data.crossdomain import texture_patches
-
         return texture_patches(n, rng)
     colour = torch.from_numpy(rng.random((n, 3, 1, 1))).float()
     ramp = torch.linspace(-0.5, 0.5, SIZE)

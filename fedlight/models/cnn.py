@@ -103,23 +103,31 @@ def conv_backbone(
     spec: Sequence[LayerSpec],
     fc_dims: Sequence[int],
     batch_norm: bool = False,
+    all_fc_head: bool = False,
 ) -> Backbone:
     """A backbone whose encoder is conv stack ``spec``, flatten, then hidden FC ``fc_dims``.
 
     The encoder's submodules are ``features`` (the conv stack), ``flatten`` and, when
     ``fc_dims`` is non-empty, ``fc``; the feature is the last hidden FC's output after its ReLU
     (or the flattened conv output when ``fc_dims`` is empty). ``batch_norm`` adds BatchNorm after
-    every convolution and hidden FC, before the ReLU. The head is ``Linear(feature_dim, U)``.
+    every convolution and hidden FC, before the ReLU. The head is ``Linear(feature_dim, U)``;
+    with ``all_fc_head`` the hidden FC layers move to the head instead (``head.fc``, then
+    ``head.out`` = the last Linear) and the feature is the flattened conv output.
     """
     shape = image_shape(name, input_shape)
     flat_dim = prod(conv_output_shape(name, shape, spec))
     parts: OrderedDict[str, nn.Module] = OrderedDict(
         features=conv_layers(shape[0], spec, batch_norm), flatten=nn.Flatten()
     )
-    if fc_dims:
-        parts["fc"] = fc_layers(flat_dim, fc_dims, batch_norm)
-    feature_dim = fc_dims[-1] if fc_dims else flat_dim
-    return Backbone(nn.Sequential(parts), feature_dim, num_classes, shape, name=name)
+    fc = fc_layers(flat_dim, fc_dims, batch_norm) if fc_dims else None
+    last = nn.Linear(fc_dims[-1] if fc_dims else flat_dim, num_classes)
+    if all_fc_head and fc is not None:
+        head: nn.Module = nn.Sequential(OrderedDict(fc=fc, out=last))
+        return Backbone(nn.Sequential(parts), flat_dim, num_classes, shape, name=name, head=head)
+    if fc is not None:
+        parts["fc"] = fc
+    return Backbone(nn.Sequential(parts), last.in_features, num_classes, shape, name=name,
+                    head=last)
 
 
 FEDAVG_CNN: tuple[LayerSpec, ...] = (Conv(32, 5), POOL, Conv(64, 5), POOL)
@@ -174,16 +182,8 @@ def digit_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = 
     multiply-adds per 32x32 sample. The FC stack holds BatchNorm1d layers: FedBN (by module
     type) keeps them private.
     """
-    if not all_fc_head:
-        return conv_backbone("digit_cnn", input_shape, num_classes, DIGIT_CNN,
-                             fc_dims=(2048, 512), batch_norm=True)
-    convs = conv_backbone("digit_cnn", input_shape, num_classes, DIGIT_CNN, fc_dims=(),
-                          batch_norm=True)
-    head = nn.Sequential(OrderedDict(
-        fc=fc_layers(convs.feature_dim, (2048, 512), batch_norm=True),
-        out=nn.Linear(512, num_classes)))
-    return Backbone(convs.encoder, convs.feature_dim, num_classes, convs.input_shape,
-                    name="digit_cnn", head=head)
+    return conv_backbone("digit_cnn", input_shape, num_classes, DIGIT_CNN, fc_dims=(2048, 512),
+                         batch_norm=True, all_fc_head=all_fc_head)
 
 
 def lenet(input_shape: Sequence[int], num_classes: int) -> Backbone:
