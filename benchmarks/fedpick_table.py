@@ -2,9 +2,10 @@
 
     python benchmarks/fedpick_table.py --rounds 30 --seeds 3
     python benchmarks/fedpick_table.py --rounds 4 --seeds 2 --out benchmarks/results/fedpick.md
+    python benchmarks/fedpick_table.py --rounds 40 --sections knobs
 
 Every method trains on ``digits5`` (fedlight.data.crossdomain: 5 clients, one domain each,
-1000 training and 250 held-out test images per domain; the data seed is fixed at 0, so every
+1020 training and 680 held-out test images per domain; the data seed is fixed at 0, so every
 method and seed sees the same splits) with the paper's shared settings: ``cnn_bn`` backbone, SGD
 lr 0.01 momentum 0.5, batch 64, 1 local epoch, all clients every round. Training seeds are
 ``0 .. seeds-1`` (model initialization, batch order, Gumbel noise).
@@ -118,6 +119,17 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "Share BN": {"private_bn": False},
     "Share PFSM": {"private_pfsm": False},
 }
+# The opt-in selection knobs (none in the paper), one at a time and together as in
+# configs/fedpick/digits5_selection_knobs.yaml: what each does to the keep ratio and accuracy.
+KNOBS: dict[str, dict[str, Any]] = {
+    "mask lr x10": {"mask_lr_scale": 10.0},
+    "mask bias +1": {"mask_init_bias": 1.0},
+    "keep budget 0.5": {"keep_budget": 0.5, "lambda_budget": 1.0},
+    "all three knobs": {"mask_lr_scale": 10.0, "mask_init_bias": 1.0, "keep_budget": 0.5,
+                        "lambda_budget": 1.0},
+}
+SECTIONS = ("methods", "ablations", "knobs")
+METHODS = ("Local", "FedAvg", "FedPer", "LG-FedAvg", "FedBN", "FedPick")  # Table II's rows
 
 
 # ===================================================================== analyses
@@ -235,7 +247,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--no-ablations", action="store_true", help="Table II only")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
+                        help="Table II rows (ablations need FedBN and FedPick)")
+    parser.add_argument("--knobs", nargs="+", default=list(KNOBS), choices=list(KNOBS),
+                        help="selection-knob rows")
+    parser.add_argument("--sections", nargs="+", default=["methods", "ablations"],
+                        choices=SECTIONS, help="Table II (methods), Table IV (ablations; needs "
+                        "methods) and the selection knobs (FedPick variants)")
     parser.add_argument("--root", default=None,
                         help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="write the Markdown here too")
@@ -243,6 +261,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="cnn_bn (CPU-sized, default) or digit_cnn (the paper's FedBN digits "
                              "CNN, 8192-d features: GPU-sized)")
     args = parser.parse_args(argv)
+    if "ablations" in args.sections and not ("methods" in args.sections
+                                             and {"FedBN", "FedPick"} <= set(args.methods)):
+        parser.error("--sections ablations needs methods with FedBN and FedPick (it reuses "
+                     f"their runs); got --sections {' '.join(args.sections)} --methods "
+                     f"{' '.join(args.methods)}")
     with tempfile.TemporaryDirectory(prefix="fedpick_bench_") as scratch:
         report(args, Path(args.root or scratch), argv)
 
@@ -260,18 +283,20 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
         COMMON["backbone_kwargs"] = {"all_fc_head": True}
     seeds = range(args.seeds)
 
-    methods = method_factories()
-    runs: dict[str, list[Run]] = {}
-    for label, (make, _) in methods.items():
-        runs[label] = [run_one(make, s, args.rounds, args.threads, root, data) for s in seeds]
+    def run_all(make: Callable[[], FederatedClient], label: str) -> list[Run]:
+        done = [run_one(make, s, args.rounds, args.threads, root, data) for s in seeds]
         print(f"{label}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    ablation_runs: dict[str, list[Run]] = {}
-    if not args.no_ablations:
-        for label, switches in ABLATIONS.items():
-            ablation_runs[label] = [run_one(partial(FedPick, **COMMON, **switches), s,
-                                            args.rounds, args.threads, root, data)
-                                    for s in seeds]
-            print(f"{label}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        return done
+
+    methods = {label: factory for label, factory in method_factories().items()
+               if label in args.methods and "methods" in args.sections}
+    runs = {label: run_all(make, label) for label, (make, _) in methods.items()}
+    ablation_runs = {label: run_all(partial(FedPick, **COMMON, **switches), label)
+                     for label, switches in ABLATIONS.items()} \
+        if "ablations" in args.sections else {}
+    knob_runs = {f"FedPick + {label}": run_all(partial(FedPick, **COMMON, **switches), label)
+                 for label, switches in KNOBS.items()
+                 if label in args.knobs} if "knobs" in args.sections else {}
 
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     emulated = [label for label, (_, fake) in methods.items() if fake]
@@ -287,10 +312,12 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
              "synth_like (font-rendered), SV* = svhn_like (rendered house-number crops on "
              "photos); 1020 training / 680 test images each. Cells: mean (std over seeds) of "
              "each domain's best test accuracy over rounds, in %.", "",
-             "Table II (methods):", "",
-             *accuracy_table({label + ("*" if label in emulated else ""):
-                              [r.best() for r in method_runs]
-                              for label, method_runs in runs.items()}, names)]
+             ]
+    if runs:
+        lines += ["Table II (methods):", "",
+                  *accuracy_table({label + ("*" if label in emulated else ""):
+                                   [r.best() for r in method_runs]
+                                   for label, method_runs in runs.items()}, names)]
     if emulated:
         lines += ["", f"`*` no client class in fedlight.clients when this ran: "
                   f"{', '.join(emulated)} run as FedAvg / FedPick partitions (see the script)."]
@@ -302,7 +329,12 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
                 "w/o Ensemble (h_p alone)": [r.best("personalized_head")
                                              for r in runs["FedPick"]]}
         lines += ["", "Table IV (ablations):", "", *accuracy_table(rows, names)]
-    lines += ["", *analysis_tables({**runs, **ablation_runs}, names)]
+    if knob_runs:
+        lines += ["", "Selection knobs (opt-in, not in the paper; FedPick otherwise as Table "
+                  "II's; compare with its FedPick row, same data and seeds):", "",
+                  *accuracy_table({label: [r.best() for r in rs]
+                                   for label, rs in knob_runs.items()}, names)]
+    lines += ["", *analysis_tables({**runs, **ablation_runs, **knob_runs}, names)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 os.environ.setdefault("WANDB_MODE", "offline")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,12 +42,20 @@ from fedlight.privatize_interpolation import interpolation_grid, plot_heatmap, w
 
 WAYS = ["AB", "aB", "ab", "Ab", "AaB", "AaBb", "ABb"]  # the paper's Fig. 1 order
 AUTOS = ["AutoCS", "AutoSA", "AutoHS"]
+# Auto* as configs/privatize/mnist5k_auto*.yaml run them: with the authors' shared-path step.
+AUTO_ARGS: dict[str, Any] = {"shared_path_loss": True}
+# Rows that are an Auto* class with opt-in switches
+# (configs/privatize/mnist5k_autosa_path_losses.yaml).
+AUTO_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "AutoSA+paths": ("AutoSA", {"private_path_loss": True, "coef_lr_scale": 10.0}),
+}
 DESCRIPTIONS = {
     "AB": "all shared (FedAvg)", "aB": "private encoder", "ab": "all private (Local)",
     "Ab": "private classifier (FedPer)", "AaB": "+ private encoder copy",
     "AaBb": "+ private model copy", "ABb": "+ private classifier copy",
     "AutoCS": "cross-stitch on AaBb", "AutoSA": "soft attention on AaBb",
-    "AutoHS": "Gumbel selection on AaBb",
+    "AutoHS": "hard Gumbel selection on AaBb",
+    "AutoSA+paths": "AutoSA + private-path loss, psi at 10x lr",
 }
 
 
@@ -57,7 +67,10 @@ def make_data(num_clients: int) -> FederatedDataModule:
 def make_client(method: str, lr: float) -> Any:
     options = dict(backbone="cnn", num_classes=10, input_shape=(1, 28, 28), lr=lr, momentum=0.9)
     if method in AUTOS:
-        return CLIENTS[method](**options)
+        return CLIENTS[method](**AUTO_ARGS, **options)
+    if method in AUTO_VARIANTS:
+        name, switches = AUTO_VARIANTS[method]
+        return CLIENTS[name](**AUTO_ARGS, **switches, **options)
     return CLIENTS["Privatize"](way=method, **options)
 
 
@@ -76,6 +89,74 @@ def run_one(method: str, seed: int, args: argparse.Namespace, root: Path) -> dic
                       if k.startswith("train/coef/")}}
 
 
+#: ways whose shared model the diagnosis below examines (the paper's "AaB" vs "AB" claim)
+DIAGNOSED = ("AB", "AaB", "ABb", "AaBb")
+
+
+@torch.no_grad()
+def _encode(client: Any, x: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Shared encoder features A(x) and, where the client has one, its private encoder's a(x)."""
+    encoder = client.primary_blocks[0]
+    private = client.private["a"] if "a" in client.private else None
+    return encoder(x), (private(x) if private is not None else None)
+
+
+def linear_probe(features: Tensor, labels: Tensor, num_classes: int, steps: int = 300) -> nn.Linear:
+    """A fresh linear classifier fitted to frozen features (full-batch Adam, fixed seed)."""
+    torch.manual_seed(0)
+    probe = nn.Linear(features.shape[1], num_classes)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=0.01)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(probe(features), labels).backward()
+        optimizer.step()
+    return probe
+
+
+def diagnose_shared_model(way: str, checkpoint: Path, data: FederatedDataModule,
+                          lr: float) -> dict[str, float]:
+    """Why a shared model scores what it does on the global test set.
+
+    ``global``: the shared model B(A(x)) (the table's aggregation accuracy). ``probe``: a
+    linear classifier refitted on the shared encoder's features A(x) of every client's training
+    data (how much of the task A's features carry, whatever B learned). For "AaB", B is trained
+    on (A(x) + a_k(x)) / 2 but scored on A(x) alone: ``avg_private`` scores B on
+    (A(x) + mean_k a_k(x)) / 2 (the global test set through every client's private encoder);
+    ``norm_ratio`` is mean ||a_k(x)|| / ||A(x)|| and ``cosine`` their mean cosine, over clients.
+    """
+    client = make_client(way, lr).eval()
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    client.load_state_dict({**state["server"]["global_state"], **state["initial_private"]})
+    x_test, y_test = data.global_test()
+    train = [data.client_train(i) for i in range(data.num_clients)]
+    x_train, y_train = torch.cat([t[0] for t in train]), torch.cat([t[1] for t in train])
+    shared_test, _ = _encode(client, x_test)
+    head = client.primary_blocks[1]
+    result = {"global": _accuracy(head(shared_test), y_test)}
+    with torch.enable_grad():
+        probe = linear_probe(_encode(client, x_train)[0], y_train, client.num_classes)
+    result["probe"] = _accuracy(probe(shared_test), y_test)
+    if "a" not in client.private:
+        return result
+    privates, ratios, cosines = [], [], []
+    for client_id in range(data.num_clients):
+        private_state = state["client_states"].get(client_id, state["initial_private"])
+        client.load_state_dict({**state["server"]["global_state"], **private_state})
+        private_test = _encode(client, x_test)[1]
+        privates.append(private_test)
+        ratios.append((private_test.norm(dim=1) / shared_test.norm(dim=1)).mean().item())
+        cosines.append(F.cosine_similarity(private_test, shared_test, dim=1).mean().item())
+    result["avg_private"] = _accuracy(head((shared_test + torch.stack(privates).mean(0)) / 2),
+                                      y_test)
+    result["norm_ratio"] = statistics.fmean(ratios)
+    result["cosine"] = statistics.fmean(cosines)
+    return result
+
+
+def _accuracy(logits: Tensor, labels: Tensor) -> float:
+    return (logits.argmax(-1) == labels).float().mean().item()
+
+
 def mean_std(values: list[float | None]) -> str:
     values = [v for v in values if v is not None]
     if not values:
@@ -84,14 +165,43 @@ def mean_std(values: list[float | None]) -> str:
     return f"{100 * statistics.fmean(values):.2f} +- {100 * std:.2f}"
 
 
+def diagnosis_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The shared-model diagnosis as a Markdown table (mean +- std over seeds)."""
+    rows = {m: [r["diagnosis"] for r in runs] for m, runs in results.items() if m in DIAGNOSED}
+    if not rows:
+        return []
+    columns = {"global": "shared model B(A(x)) %", "probe": "linear probe on A(x) %",
+               "avg_private": "B((A(x) + mean_k a_k(x)) / 2) %",
+               "norm_ratio": "norm a_k(x) / A(x)", "cosine": "cos(A(x), a_k(x))"}
+
+    def cell(values: list[float], key: str) -> str:
+        if not values:
+            return "-"
+        scale = 100 if key.endswith("%") else 1
+        std = statistics.pstdev(values) if len(values) > 1 else 0.0
+        return f"{scale * statistics.fmean(values):.2f} +- {scale * std:.2f}"
+
+    lines = ["Shared-model diagnosis on the global test set (see `diagnose_shared_model`; the "
+             "probe refits a linear classifier on the frozen shared encoder's features of all "
+             "clients' training data):", "",
+             "| way | " + " | ".join(columns.values()) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for method, diagnoses in rows.items():
+        lines.append(f"| {method} | " + " | ".join(
+            cell([d[key] for d in diagnoses if key in d], title)
+            for key, title in columns.items()) + " |")
+    return [*lines, ""]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--methods", nargs="+", default=WAYS + AUTOS,
-                        help="ways (AB, AaB, ...) and Auto* class names")
+    parser.add_argument("--methods", nargs="+", default=WAYS + AUTOS + list(AUTO_VARIANTS),
+                        choices=WAYS + AUTOS + list(AUTO_VARIANTS),
+                        help="ways (AB, AaB, ...), Auto* class names and variant rows")
     parser.add_argument("--step", type=float, default=0.1, help="interpolation grid step")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
@@ -105,6 +215,10 @@ def main(argv: list[str] | None = None) -> None:
         for method in args.methods:
             for seed in range(args.seeds):
                 result = run_one(method, seed, args, Path(tmp))
+                if method in DIAGNOSED:
+                    result["diagnosis"] = diagnose_shared_model(
+                        method, result["run_dir"] / "checkpoints" / "last.ckpt",
+                        make_data(args.clients), args.lr)
                 results.setdefault(method, []).append(result)
                 print(f"{method:7s} seed {seed}: global {result['global']}, "
                       f"personalized {result['personal']:.4f}", flush=True)
@@ -121,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"{mean_std([r['global'] for r in runs])} | "
                      f"{mean_std([r['personal'] for r in runs])} |")
     coef_lines = []
-    for method in AUTOS:
+    for method in [*AUTOS, *AUTO_VARIANTS]:
         if method in results:
             coefs = results[method][0]["coefs"]
             coef_lines.append(f"- {method} (seed 0, last round): " + ", ".join(
@@ -147,8 +261,11 @@ def main(argv: list[str] | None = None) -> None:
         table,
         "",
     ]
+    text += diagnosis_lines(results)
     if coef_lines:
-        text += ["Learned coefficients (softmaxed, temperature 2):", "", *coef_lines, ""]
+        text += ["Learned coefficients (AutoCS / AutoSA: softmax at temperature 2; AutoHS: "
+                 "selection probabilities, softmax at temperature 1), index 0 = shared side:",
+                 "", *coef_lines, ""]
     if interpolation is not None:
         write_csv(interpolation, out / "privatize_interpolation.csv")
         plot_heatmap(interpolation, out / "privatize_interpolation.png",
