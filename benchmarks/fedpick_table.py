@@ -1,8 +1,8 @@
 """FedPick on digits5: the paper's Table II (methods), Table IV (ablations) and feature analyses.
 
-    python benchmarks/fedpick_table.py --rounds 30 --seeds 3
-    python benchmarks/fedpick_table.py --rounds 4 --seeds 2 --out benchmarks/results/fedpick.md
-    python benchmarks/fedpick_table.py --rounds 40 --sections knobs
+    python benchmarks/fedpick_table.py --rounds 40 --seeds 3 --sections methods ablations knobs
+    python benchmarks/fedpick_table.py --rounds 40 --sections methods --methods FedBN FedPick
+    python benchmarks/fedpick_table.py --rounds 40 --sections knobs --knobs "mask lr x10"
 
 Every method trains on ``digits5`` (fedlight.data.crossdomain: 5 clients, one domain each,
 1020 training and 680 held-out test images per domain; the data seed is fixed at 0, so every
@@ -129,7 +129,6 @@ KNOBS: dict[str, dict[str, Any]] = {
                         "lambda_budget": 1.0},
 }
 SECTIONS = ("methods", "ablations", "knobs")
-METHODS = ("Local", "FedAvg", "FedPer", "LG-FedAvg", "FedBN", "FedPick")  # Table II's rows
 
 
 # ===================================================================== analyses
@@ -247,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
+    rows = list(method_factories())
+    parser.add_argument("--methods", nargs="+", default=rows, choices=rows,
                         help="Table II rows (ablations need FedBN and FedPick)")
     parser.add_argument("--knobs", nargs="+", default=list(KNOBS), choices=list(KNOBS),
                         help="selection-knob rows")
@@ -288,15 +288,18 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
         print(f"{label}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
         return done
 
+    def fedpick_variants(table: dict[str, dict[str, Any]], wanted: list[str],
+                         prefix: str = "") -> dict[str, list[Run]]:
+        return {prefix + label: run_all(partial(FedPick, **COMMON, **switches), label)
+                for label, switches in table.items() if label in wanted}
+
     methods = {label: factory for label, factory in method_factories().items()
                if label in args.methods and "methods" in args.sections}
     runs = {label: run_all(make, label) for label, (make, _) in methods.items()}
-    ablation_runs = {label: run_all(partial(FedPick, **COMMON, **switches), label)
-                     for label, switches in ABLATIONS.items()} \
-        if "ablations" in args.sections else {}
-    knob_runs = {f"FedPick + {label}": run_all(partial(FedPick, **COMMON, **switches), label)
-                 for label, switches in KNOBS.items()
-                 if label in args.knobs} if "knobs" in args.sections else {}
+    ablation_runs = (fedpick_variants(ABLATIONS, list(ABLATIONS))
+                     if "ablations" in args.sections else {})
+    knob_runs = (fedpick_variants(KNOBS, args.knobs, prefix="FedPick + ")
+                 if "knobs" in args.sections else {})
 
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     emulated = [label for label, (_, fake) in methods.items() if fake]
@@ -311,8 +314,7 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
              "MM* = mnist_m (MNIST-M-like), UP* = usps_like (scikit-learn 8x8 digits), SY* = "
              "synth_like (font-rendered), SV* = svhn_like (rendered house-number crops on "
              "photos); 1020 training / 680 test images each. Cells: mean (std over seeds) of "
-             "each domain's best test accuracy over rounds, in %.", "",
-             ]
+             "each domain's best test accuracy over rounds, in %.", ""]
     if runs:
         lines += ["Table II (methods):", "",
                   *accuracy_table({label + ("*" if label in emulated else ""):

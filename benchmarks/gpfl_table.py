@@ -15,7 +15,8 @@ The partition is fixed (data seed 0); the seed changes model initialization, bat
 client sampling. Baselines use their class defaults (FedRep: its ``head_epochs`` default;
 Ditto: its ``lamda`` default) with the CNN and lr 0.005.
 
-    python benchmarks/gpfl_table.py --rounds 10 --seeds 2 --out benchmarks/results/gpfl.md
+    python benchmarks/gpfl_table.py --rounds 40 --seeds 3 --threads 1 --ablation-settings
+    python benchmarks/gpfl_table.py --rounds 40 --methods FedPer GPFL --settings dirichlet
 """
 
 from __future__ import annotations
