@@ -143,17 +143,18 @@ def main(argv: list[str] | None = None) -> str:
         f"MNIST-5k, 20 clients, 4-layer CNN, batch 10, lr 0.005, 1 local epoch, join ratio 1; "
         f"**{args.rounds} rounds** (the paper: 2000), seeds {seeds}.",
         "",
-        "| Method | " + " | ".join(SETTINGS[s][0] for s in args.settings) + " |",
-        "| --- | " + " | ".join("---" for _ in args.settings) + " |",
     ]
-    for method in methods:
-        lines.append(f"| {method} | "
-                     + " | ".join(cell(results[(method, s)]) for s in args.settings) + " |")
-    lines += ["", f"Mean personalized accuracy of the last {LAST_ROUNDS} rounds (%, mean ± std "
-              "over seeds):", "", lines[4], lines[5]]
-    for method in methods:
-        lines.append(f"| {method} | "
-                     + " | ".join(cell(results[(method, s)], 1) for s in args.settings) + " |")
+
+    def method_table(which: int) -> list[str]:
+        """Rows of the best (0) or last-rounds (1) accuracy, one column per setting."""
+        return ["| Method | " + " | ".join(SETTINGS[s][0] for s in args.settings) + " |",
+                "| --- | " + " | ".join("---" for _ in args.settings) + " |",
+                *(f"| {method} | " + " | ".join(cell(results[(method, s)], which)
+                                               for s in args.settings) + " |"
+                  for method in methods)]
+
+    lines += [*method_table(0), "", f"Mean personalized accuracy of the last {LAST_ROUNDS} "
+              "rounds (%, mean ± std over seeds):", "", *method_table(1)]
     if missing:
         lines += ["", f"Not in fedlight.clients when this ran (skipped): {', '.join(missing)}."]
     for setting in args.ablation_settings:

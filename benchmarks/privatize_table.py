@@ -41,12 +41,12 @@ from fedlight.federation import FederatedTrainer  # noqa: E402
 from fedlight.privatize_interpolation import interpolation_grid, plot_heatmap, write_csv  # noqa: E402
 
 WAYS = ["AB", "aB", "ab", "Ab", "AaB", "AaBb", "ABb"]  # the paper's Fig. 1 order
-AUTOS = ["AutoCS", "AutoSA", "AutoHS"]
-# Auto* as configs/privatize/mnist5k_auto*.yaml run them: with the authors' shared-path step.
+# Auto* rows: label -> (class, switches), all with the authors' shared-path step as
+# configs/privatize/mnist5k_auto*.yaml run them; "AutoSA+paths" adds the opt-in switches of
+# configs/privatize/mnist5k_autosa_path_losses.yaml.
 AUTO_ARGS: dict[str, Any] = {"shared_path_loss": True}
-# Rows that are an Auto* class with opt-in switches
-# (configs/privatize/mnist5k_autosa_path_losses.yaml).
-AUTO_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+AUTO_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "AutoCS": ("AutoCS", {}), "AutoSA": ("AutoSA", {}), "AutoHS": ("AutoHS", {}),
     "AutoSA+paths": ("AutoSA", {"private_path_loss": True, "coef_lr_scale": 10.0}),
 }
 DESCRIPTIONS = {
@@ -66,10 +66,8 @@ def make_data(num_clients: int) -> FederatedDataModule:
 
 def make_client(method: str, lr: float) -> Any:
     options = dict(backbone="cnn", num_classes=10, input_shape=(1, 28, 28), lr=lr, momentum=0.9)
-    if method in AUTOS:
-        return CLIENTS[method](**AUTO_ARGS, **options)
-    if method in AUTO_VARIANTS:
-        name, switches = AUTO_VARIANTS[method]
+    if method in AUTO_ROWS:
+        name, switches = AUTO_ROWS[method]
         return CLIENTS[name](**AUTO_ARGS, **switches, **options)
     return CLIENTS["Privatize"](way=method, **options)
 
@@ -84,21 +82,13 @@ def run_one(method: str, seed: int, args: argparse.Namespace, root: Path) -> dic
     summary = trainer.fit(client, make_data(args.clients))
     last = trainer.history[-1]
     return {"global": last.get("global_accuracy"), "personal": last["personalized_accuracy"],
-            "run_dir": Path(summary["run_dir"]), "client": client,
+            "run_dir": Path(summary["run_dir"]),
             "coefs": {k[len("train/coef/"):]: v for k, v in last.items()
                       if k.startswith("train/coef/")}}
 
 
 #: ways whose shared model the diagnosis below examines (the paper's "AaB" vs "AB" claim)
 DIAGNOSED = ("AB", "AaB", "ABb", "AaBb")
-
-
-@torch.no_grad()
-def _encode(client: Any, x: Tensor) -> tuple[Tensor, Tensor | None]:
-    """Shared encoder features A(x) and, where the client has one, its private encoder's a(x)."""
-    encoder = client.primary_blocks[0]
-    private = client.private["a"] if "a" in client.private else None
-    return encoder(x), (private(x) if private is not None else None)
 
 
 def linear_probe(features: Tensor, labels: Tensor, num_classes: int, steps: int = 300) -> nn.Linear:
@@ -113,6 +103,7 @@ def linear_probe(features: Tensor, labels: Tensor, num_classes: int, steps: int 
     return probe
 
 
+@torch.no_grad()
 def diagnose_shared_model(way: str, checkpoint: Path, data: FederatedDataModule,
                           lr: float) -> dict[str, float]:
     """Why a shared model scores what it does on the global test set.
@@ -130,11 +121,12 @@ def diagnose_shared_model(way: str, checkpoint: Path, data: FederatedDataModule,
     x_test, y_test = data.global_test()
     train = [data.client_train(i) for i in range(data.num_clients)]
     x_train, y_train = torch.cat([t[0] for t in train]), torch.cat([t[1] for t in train])
-    shared_test, _ = _encode(client, x_test)
-    head = client.primary_blocks[1]
+    encoder, head = client.primary_blocks
+    shared_test = encoder(x_test)
     result = {"global": _accuracy(head(shared_test), y_test)}
+    train_features = encoder(x_train)  # frozen: computed without a graph
     with torch.enable_grad():
-        probe = linear_probe(_encode(client, x_train)[0], y_train, client.num_classes)
+        probe = linear_probe(train_features, y_train, client.num_classes)
     result["probe"] = _accuracy(probe(shared_test), y_test)
     if "a" not in client.private:
         return result
@@ -142,7 +134,7 @@ def diagnose_shared_model(way: str, checkpoint: Path, data: FederatedDataModule,
     for client_id in range(data.num_clients):
         private_state = state["client_states"].get(client_id, state["initial_private"])
         client.load_state_dict({**state["server"]["global_state"], **private_state})
-        private_test = _encode(client, x_test)[1]
+        private_test = client.private["a"](x_test)
         privates.append(private_test)
         ratios.append((private_test.norm(dim=1) / shared_test.norm(dim=1)).mean().item())
         cosines.append(F.cosine_similarity(private_test, shared_test, dim=1).mean().item())
@@ -157,12 +149,13 @@ def _accuracy(logits: Tensor, labels: Tensor) -> float:
     return (logits.argmax(-1) == labels).float().mean().item()
 
 
-def mean_std(values: list[float | None]) -> str:
+def mean_std(values: list[float | None], scale: float = 100) -> str:
+    """``mean +- std`` (population std over seeds) of the values times ``scale``; "-" if none."""
     values = [v for v in values if v is not None]
     if not values:
         return "-"
     std = statistics.pstdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.fmean(values):.2f} +- {100 * std:.2f}"
+    return f"{scale * statistics.fmean(values):.2f} +- {scale * std:.2f}"
 
 
 def diagnosis_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -174,13 +167,6 @@ def diagnosis_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
                "avg_private": "B((A(x) + mean_k a_k(x)) / 2) %",
                "norm_ratio": "norm a_k(x) / A(x)", "cosine": "cos(A(x), a_k(x))"}
 
-    def cell(values: list[float], key: str) -> str:
-        if not values:
-            return "-"
-        scale = 100 if key.endswith("%") else 1
-        std = statistics.pstdev(values) if len(values) > 1 else 0.0
-        return f"{scale * statistics.fmean(values):.2f} +- {scale * std:.2f}"
-
     lines = ["Shared-model diagnosis on the global test set (see `diagnose_shared_model`; the "
              "probe refits a linear classifier on the frozen shared encoder's features of all "
              "clients' training data):", "",
@@ -188,7 +174,7 @@ def diagnosis_lines(results: dict[str, list[dict[str, Any]]]) -> list[str]:
              "| --- |" + " --- |" * len(columns)]
     for method, diagnoses in rows.items():
         lines.append(f"| {method} | " + " | ".join(
-            cell([d[key] for d in diagnoses if key in d], title)
+            mean_std([d.get(key) for d in diagnoses], 100 if title.endswith("%") else 1)
             for key, title in columns.items()) + " |")
     return [*lines, ""]
 
@@ -199,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--methods", nargs="+", default=WAYS + AUTOS + list(AUTO_VARIANTS),
-                        choices=WAYS + AUTOS + list(AUTO_VARIANTS),
+    parser.add_argument("--methods", nargs="+", default=WAYS + list(AUTO_ROWS),
+                        choices=WAYS + list(AUTO_ROWS),
                         help="ways (AB, AaB, ...), Auto* class names and variant rows")
     parser.add_argument("--step", type=float, default=0.1, help="interpolation grid step")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -235,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"{mean_std([r['global'] for r in runs])} | "
                      f"{mean_std([r['personal'] for r in runs])} |")
     coef_lines = []
-    for method in [*AUTOS, *AUTO_VARIANTS]:
+    for method in AUTO_ROWS:
         if method in results:
             coefs = results[method][0]["coefs"]
             coef_lines.append(f"- {method} (seed 0, last round): " + ", ".join(
