@@ -206,6 +206,42 @@ def test_gradients_are_freed_after_the_step_unless_a_later_hook_may_read_them():
         assert torch.equal(reading.state_dict()[key], value), key
 
 
+class BackwardInStep(FedAvg):
+    """Back-propagates a large extra loss inside training_step: Lightning's zero_grad, between
+    training_step and the loop's backward, must discard those gradients."""
+
+    def training_step(self, batch, batch_idx):
+        (1e3 * sum(p.sum() for p in self.parameters())).backward()
+        return super().training_step(batch, batch_idx)
+
+
+class CountingSGD(torch.optim.SGD):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.zero_grad_calls = 0
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.zero_grad_calls += 1
+        super().zero_grad(set_to_none)
+
+
+def test_zero_grad_runs_between_training_step_and_backward():
+    plain, extra = make_client(FedAvg), make_client(BackwardInStep)
+    for client in (plain, extra):
+        LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+            client, Phase("train", 1), lambda: iter(batches()))
+    for key, value in plain.state_dict().items():
+        assert torch.equal(extra.state_dict()[key], value), key
+
+
+def test_an_optimizer_with_its_own_zero_grad_is_called_every_step():
+    client = make_client(FedAvg)
+    optimizer = CountingSGD(client.parameters(), lr=0.1)
+    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+        client, Phase("train", 1), lambda: iter(batches()), optimizer=optimizer)
+    assert optimizer.zero_grad_calls == 3  # once per step, at Lightning's point only
+
+
 def test_hooks_receive_the_configured_torch_optimizer():
     seen = []
 
