@@ -4,7 +4,8 @@ Workload: configs/gpfl/mnist5k_dirichlet.yaml's shape with FedAvg or --method (m
 Dirichlet(0.1), 75/25 split, batch 10, 1 local epoch, the 4-layer CNN, evaluation every round).
 Each configuration runs in a fresh process (torch's thread settings are per process): the
 trainer's default threads (auto: 1 per CPU process) and threads=2 (torch's default on a
-2-core machine, fedlight's default before auto), each once on the machine as it is ("quiet":
+2-core machine, fedlight's default before auto), with each --devices value (a process count,
+or auto: one process per core), each once on the machine as it is ("quiet":
 no competitor started here) and once with one competing busy process (a pure-Python loop, or a
 1-thread torch matmul loop with --competitor torch) running alongside.
 
@@ -17,6 +18,7 @@ stopped; its finished rounds still count (with fewer than two, its whole wall ti
 
     nice -n 5 python benchmarks/contention.py              # ~2-3 minutes on 2 cores
     nice -n 5 python benchmarks/contention.py --rounds 3 --competitor torch
+    nice -n 5 python benchmarks/contention.py --threads auto --devices 1 auto --rounds 8
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def _round_clock() -> Any:
 
         def on_round_end(self, trainer: Any, round_idx: int) -> dict[str, float]:
             now = (time.perf_counter(), time.process_time())
-            print(json.dumps([now[0] - self.last[0], now[1] - self.last[1]]), flush=True)
+            if trainer.fabric.global_rank == 0:  # rank 0's clock: the ranks meet every round
+                print(json.dumps([now[0] - self.last[0], now[1] - self.last[1]]), flush=True)
             self.last = now
             return {}
 
@@ -70,7 +73,7 @@ def parse_threads(text: str) -> int | str | None:
     return None if text == "None" else text if text == "auto" else int(text)
 
 
-def worker(threads: str, rounds: int, method: str) -> None:
+def worker(threads: str, rounds: int, method: str, devices: str = "1") -> None:
     """One run of the workload in this process, printing each round's wall and CPU seconds."""
     import warnings
 
@@ -89,17 +92,19 @@ def worker(threads: str, rounds: int, method: str) -> None:
         trainer = FederatedTrainer(rounds=rounds, batch_size=10, eval_every=1, accelerator="cpu",
                                    default_root_dir=root, progress_bar=False, verbose=False,
                                    checkpoint_every=10**6, probes=[_round_clock()],
-                                   threads=parse_threads(threads))
+                                   threads=parse_threads(threads),
+                                   devices=devices if devices == "auto" else int(devices))
         trainer.fit(client, data)
 
 
-def run_config(threads: str, rounds: int, timeout: float, method: str) -> dict[str, Any]:
+def run_config(threads: str, rounds: int, timeout: float, method: str,
+               devices: str = "1") -> dict[str, Any]:
     """Run :func:`worker` in a fresh process: the wall and CPU seconds of the rounds it
     finished within ``timeout``, its whole wall and CPU time, and whether it was stopped."""
     before = os.times()
     started = time.perf_counter()
     command = [sys.executable, __file__, "--worker", "--threads", threads, "--rounds", str(rounds),
-               "--method", method]
+               "--method", method, "--devices", devices]
     try:
         output = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                                 cwd=ROOT, check=True).stdout
@@ -134,29 +139,34 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=90.0,
                         help="seconds after which one run is stopped")
     parser.add_argument("--method", default="FedAvg", help="client class (GPFL: its own losses)")
+    parser.add_argument("--devices", nargs="+", default=["1"],
+                        help="trainer.devices values to compare (a count or auto: one process "
+                             "per core)")
     parser.add_argument("--loads", nargs="+", choices=["quiet", "busy"], default=["quiet", "busy"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.threads[0], args.rounds, args.method)
+        worker(args.threads[0], args.rounds, args.method, args.devices[0])
         return
     print(f"{args.method}, mnist5k 20 clients Dirichlet(0.1), batch 10, eval every round; "
           f"{args.rounds} rounds (first dropped); competitor: {args.competitor} busy loop; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
-    print(f"{'threads':>8} {'load':>6} {'s/round':>9} {'CPU s/round':>12} {'vs quiet':>9} "
-          f"{'vs quiet default':>17} {'rounds':>7} {'wall s':>7} {'CPU s':>7}")
-    quiet: dict[str, float] = {}
+    print(f"{'threads/devices':>15} {'load':>6} {'s/round':>9} {'CPU s/round':>12} "
+          f"{'vs quiet':>9} {'vs quiet default':>17} {'rounds':>7} {'wall s':>7} {'CPU s':>7}")
+    configs = [(threads, devices) for threads in args.threads for devices in args.devices]
+    quiet: dict[tuple[str, str], float] = {}
     for load in args.loads:
         competitor = (subprocess.Popen([sys.executable, "-c", COMPETITORS[args.competitor]])
                       if load == "busy" else None)
         try:
-            for threads in args.threads:
-                result = run_config(threads, args.rounds, args.timeout, args.method)
+            for threads, devices in configs:
+                result = run_config(threads, args.rounds, args.timeout, args.method, devices)
                 wall, cpu, shown = per_round(result)
-                quiet.setdefault(threads, wall)
-                print(f"{threads:>8} {load:>6} {shown:>9} {cpu:12.2f} {wall / quiet[threads]:9.2f}"
-                      f" {wall / quiet[args.threads[0]]:17.2f} {len(result['rounds']):7d} "
-                      f"{result['wall']:7.1f} {result['cpu']:7.1f}", flush=True)
+                quiet.setdefault((threads, devices), wall)
+                print(f"{threads + '/' + devices:>15} {load:>6} {shown:>9} {cpu:12.2f} "
+                      f"{wall / quiet[threads, devices]:9.2f} {wall / quiet[configs[0]]:17.2f} "
+                      f"{len(result['rounds']):7d} {result['wall']:7.1f} {result['cpu']:7.1f}",
+                      flush=True)
         finally:
             if competitor is not None:
                 competitor.kill()

@@ -21,8 +21,9 @@ from lightning.fabric.plugins import MixedPrecision
 
 from fedlight.clients import FedAvg
 from fedlight.federation import FederatedTrainer
+from fedlight.federation import launch as launch_module
 from fedlight.federation.aggregate import weighted_mean
-from fedlight.federation.launch import FederatedDDPStrategy, make_fabric
+from fedlight.federation.launch import FederatedDDPStrategy, make_fabric, resolve_auto_devices
 from fedlight.federation.sampling import drop_clients
 from fedlight.federation.server import CoordinateMedian, FedAdam
 from fedlight.federation.store import DiskClientStore, MemoryClientStore, make_store
@@ -157,6 +158,31 @@ def test_the_multi_process_strategy_never_wraps_the_module_in_ddp():
     module = torch.nn.Linear(2, 2)
     assert fabric.strategy.setup_module(module) is module
     assert not isinstance(make_fabric("cpu", 1, 1, "32-true").strategy, FederatedDDPStrategy)
+
+
+@pytest.mark.parametrize("cores, strategy, platform, expected", [
+    (3, "auto", "linux", (3, "ddp_fork")),      # one forked process per core
+    (3, "ddp_spawn", "linux", (3, "ddp_spawn")),  # an explicit launcher is kept
+    (1, "auto", "linux", (1, "auto")),          # one core: one process, no process group
+    (3, "auto", "darwin", (1, "auto")),         # no fork outside Linux: one process
+    (3, "ddp_spawn", "darwin", (3, "ddp_spawn")),
+])
+def test_devices_auto_on_cpu_is_one_process_per_core(monkeypatch, cores, strategy, platform,
+                                                     expected):
+    monkeypatch.setattr(launch_module, "cpu_cores", lambda: cores)
+    monkeypatch.setattr(launch_module.sys, "platform", platform)
+    assert resolve_auto_devices("cpu", strategy) == expected
+    fabric = make_fabric("cpu", "auto", 1, "32-true", strategy)
+    assert fabric.world_size == expected[0]
+    assert isinstance(fabric.strategy, FederatedDDPStrategy) == (expected[0] > 1)
+
+
+def test_devices_auto_run_equals_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch_module, "cpu_cores", lambda: 2)
+    auto = tiny_trainer(tmp_path, rounds=2, run_name="auto", threads=1, devices="auto")
+    assert auto.fabric.world_size == 2
+    one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1)
+    assert rows(auto.fit(make_client(), tiny_data())) == rows(one.fit(make_client(), tiny_data()))
 
 
 # ===================================================================== precision
