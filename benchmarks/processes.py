@@ -8,7 +8,7 @@ evaluation every round, the final report), for every R of --rounds, once with on
 `trainer.threads auto`). Printed per R: wall and CPU seconds of both and the speed-up; then
 the fitted start-up cost and seconds per round of each (least squares over the R values) and
 the number of rounds from which the multi-process run is faster. Results do not depend on the
-number of processes (tested in tests/test_distributed.py), so only the time differs.
+number of processes (tested in tests/test_scale.py), so only the time differs.
 
     python benchmarks/processes.py                           # main job, R = 1 5 20 (~3 min)
     python benchmarks/processes.py --rounds 1 2 5 --devices 2
