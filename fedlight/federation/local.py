@@ -20,7 +20,9 @@ runs through the LightningModule hooks in the order of Lightning's automatic opt
 
 The step's gradients are freed right after ``opt.step()`` unless the module overrides a hook
 that runs before the next ``zero_grad`` (see :func:`reads_stale_gradients`); Lightning frees
-them at that ``zero_grad``. Hooks receive the torch optimizer ``configure_optimizers`` built.
+them at that ``zero_grad``, which is then skipped when it has nothing to zero and is torch's
+own (see :func:`zero_gradients`). Hooks receive the torch optimizer ``configure_optimizers``
+built.
 
 ``configure_optimizers`` may return any form Lightning accepts for automatic optimization:
 an optimizer, a one-element list or tuple, ``([optimizer], [schedulers])``, or a dict
