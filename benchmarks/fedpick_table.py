@@ -3,6 +3,7 @@
     python benchmarks/fedpick_table.py --rounds 40 --seeds 3 --sections methods ablations knobs
     python benchmarks/fedpick_table.py --rounds 40 --sections methods --methods FedBN FedPick
     python benchmarks/fedpick_table.py --rounds 40 --sections knobs --knobs "mask lr x10"
+    python benchmarks/fedpick_table.py --rounds 40 --sections ablations --ablations "Soft Mask"
 
 Every method trains on ``digits5`` (fedlight.data.crossdomain: 5 clients, one domain each,
 1020 training and 680 held-out test images per domain; the data seed is fixed at 0, so every
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import sys
 import tempfile
 import time
@@ -251,9 +253,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="Table II rows (ablations need FedBN and FedPick)")
     parser.add_argument("--knobs", nargs="+", default=list(KNOBS), choices=list(KNOBS),
                         help="selection-knob rows")
+    parser.add_argument("--ablations", nargs="+", default=list(ABLATIONS),
+                        choices=list(ABLATIONS), help="Table IV rows that are their own runs")
     parser.add_argument("--sections", nargs="+", default=["methods", "ablations"],
-                        choices=SECTIONS, help="Table II (methods), Table IV (ablations; needs "
-                        "methods) and the selection knobs (FedPick variants)")
+                        choices=SECTIONS, help="Table II (methods), Table IV (ablations; its "
+                        "FedPick, w/o PFSM and w/o Ensemble rows reuse the FedPick and FedBN "
+                        "method runs when those are in --methods) and the selection knobs "
+                        "(FedPick variants)")
     parser.add_argument("--root", default=None,
                         help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="write the Markdown here too")
@@ -261,11 +267,6 @@ def main(argv: list[str] | None = None) -> None:
                         help="cnn_bn (CPU-sized, default) or digit_cnn (the paper's FedBN digits "
                              "CNN, 8192-d features: GPU-sized)")
     args = parser.parse_args(argv)
-    if "ablations" in args.sections and not ("methods" in args.sections
-                                             and {"FedBN", "FedPick"} <= set(args.methods)):
-        parser.error("--sections ablations needs methods with FedBN and FedPick (it reuses "
-                     f"their runs); got --sections {' '.join(args.sections)} --methods "
-                     f"{' '.join(args.methods)}")
     with tempfile.TemporaryDirectory(prefix="fedpick_bench_") as scratch:
         report(args, Path(args.root or scratch), argv)
 
@@ -296,15 +297,15 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
     methods = {label: factory for label, factory in method_factories().items()
                if label in args.methods and "methods" in args.sections}
     runs = {label: run_all(make, label) for label, (make, _) in methods.items()}
-    ablation_runs = (fedpick_variants(ABLATIONS, list(ABLATIONS))
+    ablation_runs = (fedpick_variants(ABLATIONS, args.ablations)
                      if "ablations" in args.sections else {})
     knob_runs = (fedpick_variants(KNOBS, args.knobs, prefix="FedPick + ")
                  if "knobs" in args.sections else {})
 
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     emulated = [label for label, (_, fake) in methods.items() if fake]
-    command = "python benchmarks/fedpick_table.py " + " ".join(argv if argv is not None
-                                                                else sys.argv[1:])
+    command = "python benchmarks/fedpick_table.py " + shlex.join(argv if argv is not None
+                                                                 else sys.argv[1:])
     lines = ["## FedPick on digits5 (offline Digits-Five stand-in)", "",
              f"`{command}`: {args.rounds} rounds, seeds {list(seeds)}, "
              f"{args.threads} torch thread(s); wall {wall / 60:.1f} min, CPU {cpu / 60:.1f} min. "
@@ -324,12 +325,13 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
         lines += ["", f"`*` no client class in fedlight.clients when this ran: "
                   f"{', '.join(emulated)} run as FedAvg / FedPick partitions (see the script)."]
     if ablation_runs:
-        rows = {"FedPick": [r.best() for r in runs["FedPick"]],
-                "w/o PFSM (= FedBN)": [r.best() for r in runs["FedBN"]],
+        fedpick, fedbn = runs.get("FedPick"), runs.get("FedBN")
+        rows = {**({"FedPick": [r.best() for r in fedpick]} if fedpick else {}),
+                **({"w/o PFSM (= FedBN)": [r.best() for r in fedbn]} if fedbn else {}),
                 **{label: [r.best() for r in rs] for label, rs in ablation_runs.items()},
-                "w/o Ensemble (h_g alone)": [r.best("global_head") for r in runs["FedPick"]],
-                "w/o Ensemble (h_p alone)": [r.best("personalized_head")
-                                             for r in runs["FedPick"]]}
+                **({"w/o Ensemble (h_g alone)": [r.best("global_head") for r in fedpick],
+                    "w/o Ensemble (h_p alone)": [r.best("personalized_head") for r in fedpick]}
+                   if fedpick else {})}
         lines += ["", "Table IV (ablations):", "", *accuracy_table(rows, names)]
     if knob_runs:
         lines += ["", "Selection knobs (opt-in, not in the paper; FedPick otherwise as Table "
