@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     rows = list(method_factories())
     parser.add_argument("--methods", nargs="+", default=rows, choices=rows,
-                        help="Table II rows (ablations need FedBN and FedPick)")
+                        help="Table II rows (Table IV reuses the FedBN and FedPick runs)")
     parser.add_argument("--knobs", nargs="+", default=list(KNOBS), choices=list(KNOBS),
                         help="selection-knob rows")
     parser.add_argument("--ablations", nargs="+", default=list(ABLATIONS),

@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedlight.federation.launch import cpu_cores  # noqa: E402  (what devices: auto counts)
+
 MAIN_JOB = "configs/gpfl/mnist5k_pathological.yaml"
 
 
@@ -60,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=MAIN_JOB, help="YAML of the job (default: main job)")
     parser.add_argument("--rounds", type=int, nargs="+", default=[1, 5, 20])
-    parser.add_argument("--devices", type=int, default=len(os.sched_getaffinity(0)),
+    parser.add_argument("--devices", type=int, default=cpu_cores(),
                         help="processes of the multi-process runs (default: this process's cores)")
     args = parser.parse_args()
     if len(set(args.rounds)) < 2 or min(args.rounds) < 1:
