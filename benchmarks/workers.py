@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,9 @@ def make_client(method: str) -> Any:
 def run(method: str, args: argparse.Namespace, clients: int, batch: int, precision: str,
         workers: int) -> tuple[float, list[dict[str, str]]]:
     """Median seconds per timed round and the metrics rows (wall-clock column dropped)."""
+    if args.deterministic:  # deterministic cuDNN / cuBLAS kernels (inherited by forked workers)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer(
             rounds=args.rounds, batch_size=batch, eval_every=args.rounds,
@@ -66,6 +72,14 @@ def run(method: str, args: argparse.Namespace, clients: int, batch: int, precisi
             rows = [{k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(handle)]
         seconds = trainer.round_seconds[1:] or trainer.round_seconds
         return statistics.median(seconds), rows
+
+
+def run_isolated(*args: Any) -> tuple[float, list[dict[str, str]]]:
+    """`run` in a fresh spawned process: a run that initialized CUDA in this process would stop
+    the next run's worker processes from forking (CUDA cannot be re-initialized after fork)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:  # non-daemonic worker
+        return pool.submit(run, *args).result()
 
 
 def floor_seconds(method: str, accelerator: str, clients: int, samples: int) -> float:
@@ -110,9 +124,13 @@ def main() -> None:
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--samples", type=int, default=250, help="samples per client")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--deterministic", action="store_true",
+                        help="torch.use_deterministic_algorithms(True): on a GPU, the "
+                             "'same metrics' column then compares like with like")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    print("method  clients  batch  precision   workers  s/round  speed-up  same metrics  floor s")
+    print("method  clients  batch  precision   workers  s/round  clients/s  speed-up  "
+          "same metrics  floor s")
     for method in args.methods:
         for clients in args.clients:
             floor = floor_seconds(method, args.accelerator, clients, args.samples)
@@ -120,10 +138,12 @@ def main() -> None:
                 for precision in args.precisions:
                     base: tuple[float, list[dict[str, str]]] | None = None
                     for workers in args.workers:
-                        seconds, rows = run(method, args, clients, batch, precision, workers)
+                        seconds, rows = run_isolated(method, args, clients, batch, precision,
+                                                     workers)
                         base = base or (seconds, rows)
                         print(f"{method:7s} {clients:7d} {batch:6d}  {precision:10s} "
-                              f"{workers:8d} {seconds:8.3f} {base[0] / seconds:9.2f}  "
+                              f"{workers:8d} {seconds:8.3f} {clients / seconds:10.1f} "
+                              f"{base[0] / seconds:9.2f}  "
                               f"{str(rows == base[1]):12s} {floor:8.3f}", flush=True)
 
 
