@@ -159,6 +159,10 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_samples: number of samples of the ``synthetic`` source.
         synthetic_shape: sample shape of the ``synthetic`` source.
         synthetic_classes: number of classes of the ``synthetic`` source.
+        image_size: resize the images of a folder source (imagefolder, tinyimagenet,
+            cinic10, office_caltech10, domainnet10, digits5_real) to this square side; null
+            keeps the files' size. Decoded images are cached in $FEDLIGHT_CACHE (default
+            ~/.cache/fedlight; delete it to clear).
     """
 
     def __init__(
@@ -184,6 +188,7 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_samples: int = 2000,
         synthetic_shape: Sequence[int] = (1, 28, 28),
         synthetic_classes: int = 10,
+        image_size: int | None = None,
     ) -> None:
         super().__init__()
         if num_clients < 1:
@@ -221,9 +226,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.download = download
         self.seed = seed
         self.batch_size = batch_size
-        self.synthetic_options = dict(
+        self.source_options = dict(
             synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
-            synthetic_classes=synthetic_classes,
+            synthetic_classes=synthetic_classes, image_size=image_size,
         )
         self._data: SourceData | None = None
         self.splits: list[ClientSplit] | None = None
@@ -234,7 +239,7 @@ class FederatedDataModule(L.LightningDataModule):
         if self._data is None:
             self._data = load_source(
                 self.source, root=self.root, download=self.download, seed=self.seed,
-                **self.synthetic_options,
+                **self.source_options,
             )
         return self._data
 
