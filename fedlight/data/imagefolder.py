@@ -15,18 +15,16 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from fedlight.data.images import class_folders, decode_images, require_folder, to_source
+from fedlight.data.images import (
+    class_folders,
+    decode_images,
+    require_folder,
+    require_root,
+    to_source,
+)
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 LAYOUT = "root/train/<class>/*.png (or .jpg, ...) and optionally root/test/<class>/*"
-
-
-def require_root(request: SourceRequest, source: str, layout: str) -> Path:
-    """The request's root, or a one-line ValueError saying it is needed."""
-    if request.root is None:
-        raise ValueError(f"data source '{source}' is read from a folder but no root was given; "
-                         f"set data.root to the folder holding {layout}")
-    return Path(request.root)
 
 
 @functools.lru_cache(maxsize=2)

@@ -9,7 +9,7 @@ resized to ``image_size x image_size`` (bilinear, as torchvision's ``Resize``) w
 
 Decoding runs once per set of files: the array is saved under the user cache folder,
 ``$FEDLIGHT_CACHE`` when set, else ``$XDG_CACHE_HOME/fedlight`` or ``~/.cache/fedlight``, in
-``images/<name>-<key>.npy``, where the key is a hash of the file list with each file's size and
+``images/<name>-<key>.npz``, where the key is a hash of the file list with each file's size and
 modification time, and of ``image_size``: adding, removing or touching a file decodes again,
 and the data folder itself may be read-only. Clearing the cache is deleting that folder (or
 one of its files); nothing else refers to it. A cache file is written under a temporary name
@@ -18,22 +18,24 @@ and renamed when complete, so an interrupted run leaves no half file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedlight.data.sources import _STD_FLOOR, SourceData
+from fedlight.data.sources import _STD_FLOOR, SourceData, SourceRequest
 
 __all__ = [
-    "IMAGE_EXTENSIONS", "cache_folder", "class_folders", "decode_images", "image_files",
-    "require_folder", "to_source",
+    "IMAGE_EXTENSIONS", "cache_folder", "cached", "class_folders", "content_key",
+    "decode_images", "download_archive", "image_files", "require_folder", "require_root",
+    "domain_source", "to_source",
 ]
 
 #: File endings read as images (torchvision's ``ImageFolder`` list).
@@ -69,6 +71,14 @@ def require_folder(folder: Path, source: str, layout: str, hint: str = "") -> Pa
             + (f"; {hint}" if hint else "")
         )
     return folder
+
+
+def require_root(request: SourceRequest, source: str, layout: str) -> Path:
+    """The request's root, or a one-line ValueError saying it is needed."""
+    if request.root is None:
+        raise ValueError(f"data source '{source}' is read from a folder but no root was given; "
+                         f"set data.root to the folder holding {layout}")
+    return Path(request.root)
 
 
 def class_folders(
@@ -169,15 +179,6 @@ def _decode_all(paths: list[str], image_size: int | None, layout: str) -> np.nda
 # ---------------------------------------------------------------------------- cache
 
 
-def _content_key(paths: list[str], image_size: int | None) -> str:
-    """Hash of the file list, each file's size and modification time, and image_size."""
-    digest = hashlib.sha256(f"{_FORMAT_VERSION}:{image_size}".encode())
-    for path in paths:
-        stat = os.stat(path)
-        digest.update(f"\0{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:20]
-
-
 def decode_images(name: str, files: Sequence[Path | str], image_size: int | None,
                   layout: str) -> np.ndarray:
     """Decode `files` into one uint8 ``(N, C, H, W)`` array, from the cache when it holds them.
@@ -196,29 +197,57 @@ def decode_images(name: str, files: Sequence[Path | str], image_size: int | None
     paths = [os.fspath(f) for f in files]
     if not paths:
         raise ValueError(f"no image files found; expected {layout}")
-    target = cache_folder() / "images" / f"{name}-{_content_key(paths, image_size)}.npy"
+    key = content_key(paths, f"images:{image_size}")
+    return cached(f"{name}-{key}", lambda: {"images": _decode_all(paths, image_size, layout)}
+                  )["images"]
+
+
+def content_key(paths: Sequence[str], extra: str = "") -> str:
+    """Hash of the file list, each file's size and modification time, and `extra`."""
+    digest = hashlib.sha256(f"{_FORMAT_VERSION}:{extra}".encode())
+    for path in paths:
+        stat = os.stat(path)
+        digest.update(f"\0{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:20]
+
+
+def cached(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The arrays cached as ``<cache folder>/images/<name>.npz``, built (and cached) when absent.
+
+    The file is written under a temporary name and renamed when complete: readers never see
+    a half file. A cache that cannot be written (read-only home) only costs the next run a
+    rebuild.
+    """
+    target = cache_folder() / "images" / f"{name}.npz"
     if target.is_file():
-        return np.load(target)
-    images = _decode_all(paths, image_size, layout)
-    _save_atomically(target, images)
-    return images
-
-
-def _save_atomically(target: Path, array: np.ndarray) -> None:
-    """Write under a temporary name, then rename: readers never see a half file. A cache that
-    cannot be written (read-only home) only costs the next run a decode."""
+        with np.load(target) as archive:
+            return {key: archive[key] for key in archive.files}
+    arrays = build()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".partial")
     except OSError:
-        return
+        return arrays
     try:
         with os.fdopen(handle, "wb") as stream:
-            np.save(stream, array)
+            np.savez(stream, **arrays)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return arrays
+
+
+def download_archive(url: str, root: Path, source: str, layout: str) -> None:
+    """Fetch and unpack the dataset's official archive into `root` (torchvision's helper)."""
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:
+        download_and_extract_archive(url, download_root=os.fspath(root))
+    except (OSError, RuntimeError, ValueError) as err:
+        raise RuntimeError(f"data source '{source}': could not download {url} into {root}: "
+                           f"{err}; without network access download it yourself and unpack "
+                           f"it as {layout}") from err
 
 
 # ---------------------------------------------------------------------------- packing
@@ -266,3 +295,31 @@ def _channel_affine(images: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _affine(images: np.ndarray, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(images).to(torch.float32).mul_(scale).add_(shift)
+
+
+def domain_source(
+    domains: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]],
+    names: Sequence[str], num_classes: int,
+) -> SourceData:
+    """A cross-domain `SourceData` from per-domain uint8 ``(x_train, y_train, x_test, y_test)``
+    (``x_test`` None where a domain has no test split): grey domains are replicated to three
+    channels when any domain is in colour, and ``domains_train`` / ``domains_test`` record
+    each image's domain (its index in `names`)."""
+    channels = max(x.shape[1] for x, _, _, _ in domains)
+
+    def joined(part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        blocks = [(d[part], d[part + 1], i) for i, d in enumerate(domains) if d[part] is not None]
+        if not blocks:
+            return None
+        return (np.concatenate([np.broadcast_to(x, (len(x), channels, *x.shape[2:]))
+                                for x, _, _ in blocks]),
+                np.concatenate([np.asarray(y, np.int64) for _, y, _ in blocks]),
+                np.concatenate([np.full(len(y), i, np.int64) for _, y, i in blocks]))
+
+    train, test = joined(0), joined(2)
+    assert train is not None
+    data = to_source(train[0], train[1], num_classes,
+                     None if test is None else test[0], None if test is None else test[1])
+    return dataclasses.replace(data, domains_train=train[2],
+                               domains_test=None if test is None else test[2],
+                               domain_names=list(names))
