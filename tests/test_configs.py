@@ -6,6 +6,7 @@ written in that dataset's own format (``dataset_files``).
 """
 
 import json
+import re
 from pathlib import Path
 
 import dataset_files
@@ -120,6 +121,15 @@ def test_paper_config_runs_one_round_on_files_in_the_real_format(
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
     assert summary["rounds"] == 1
     assert 0.0 <= summary["last_personalized_accuracy"] <= 1.0
+
+
+def test_readme_paper_table_names_existing_configs_and_every_folder_source_config():
+    readme = (ROOT.parent / "README.md").read_text()
+    table = readme[readme.index("### Paper setting -> config"):]
+    table = table[:table.index("\n\n", table.index("| --- |"))]
+    named = set(re.findall(r"`configs/([\w/.-]+\.yaml)`", table))
+    assert named and all((ROOT / name).is_file() for name in named), named
+    assert {_id(p) for p in PAPER_ON_FILES} <= named
 
 
 def test_configs_exist_for_the_core_methods():
