@@ -23,6 +23,7 @@ from fedlight.data.images import (
     class_folders,
     decode_images,
     download_archive,
+    require_folder,
     require_root,
     to_source,
 )
@@ -38,6 +39,7 @@ LAYOUT = f"root/train/<class>/*.png and root/test/<class>/*.png (CINIC-10, from 
 def _load(root: Path, download: bool, image_size: int | None) -> SourceData:
     if download and not (root / "train").is_dir():
         download_archive(URL, root, "cinic10", LAYOUT)
+    require_folder(root / "train", "cinic10", LAYOUT, "set `download: true` to fetch it")
     splits = {}
     for split in ("train", "test"):
         files, labels, _ = class_folders(root / split, "cinic10", LAYOUT, CLASSES)
