@@ -278,3 +278,49 @@ def test_real_cifar10_source_loads_from_the_cache(real_cifar10, monkeypatch) -> 
     expected = (real_cifar10["train"][:500] / 255 - mean.reshape(1, 3, 1, 1)) / std.reshape(
         1, 3, 1, 1)
     assert np.allclose(data.x_train[:500].numpy(), expected, atol=1e-4)
+
+
+def test_local_test_source_tests_each_domain_on_its_own_test_split(tmp_path) -> None:
+    root = dataset_files.domainnet10(tmp_path)
+    module = FederatedDataModule(source="domainnet10", root=str(root), image_size=8,
+                                 partition="domains", num_clients=6, local_test="source")
+    module.setup()
+    data = module.data
+    n_train = len(data.y_train)
+    for domain, split in enumerate(module.splits):
+        assert np.array_equal(split.train, np.flatnonzero(data.domains_train == domain))
+        assert np.array_equal(split.test - n_train, np.flatnonzero(data.domains_test == domain))
+        x, y = module.client_test(domain)
+        assert torch.equal(x, data.x_test[torch.from_numpy(split.test - n_train)])
+    assert module.global_test()[0] is data.x_test
+    assert module.partition_record()["test_split_merged"]
+
+
+def test_local_test_source_keeps_leaf_writers_own_test_samples(tmp_path) -> None:
+    root = dataset_files.femnist(tmp_path, writers=6)
+    module = FederatedDataModule(source="femnist", root=str(root), partition="natural",
+                                 num_clients=3, local_test="source", seed=1)
+    module.setup()
+    data = module.data
+    for split in module.splits:
+        writer = set(data.groups_train[split.train].tolist())
+        assert len(writer) == 1
+        test_writers = data.groups_test[split.test - len(data.y_train)]
+        assert set(test_writers.tolist()) == writer
+        assert len(split.test) == np.sum(data.groups_test == next(iter(writer)))
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"partition": "iid", "num_clients": 2}, "needs partition domains or natural"),
+    ({"partition": "domains", "num_clients": 4, "merge_test": True}, "set merge_test: false"),
+    ({"partition": "domains", "num_clients": 4, "local_test": "own"}, "unknown local_test"),
+])
+def test_local_test_source_needs_a_client_per_domain(tmp_path, options, match) -> None:
+    root = dataset_files.office_caltech10(tmp_path)
+    options = {"local_test": "source", **options}
+    with pytest.raises(ValueError, match=match):
+        FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
+                            **options).setup()
+    with pytest.raises(ValueError, match="office_caltech10 has none, use local_test: split"):
+        FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
+                            partition="domains", num_clients=4, local_test="source").setup()

@@ -172,6 +172,12 @@ class FederatedDataModule(L.LightningDataModule):
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
+        local_test: where each client's local test set comes from. split (default): the
+            train_fraction cut of the client's samples. source: the source's own test samples
+            of the client's domain (partition: domains) or writer (partition: natural), with
+            all of the client's train-split samples for training (FedPick's protocol: each
+            domain's whole official test set; LEAF's own per-writer split); the source's test
+            split is also the global test set; needs merge_test: false.
         root: folder of the dataset (torchvision's, or a folder source's files).
         download: download the dataset into ``root`` when it is missing (torchvision
             datasets, tinyimagenet, cinic10).
@@ -203,6 +209,7 @@ class FederatedDataModule(L.LightningDataModule):
         max_client_samples: int | None = None,
         max_train_samples: int | None = None,
         merge_test: bool = False,
+        local_test: str = "split",
         root: str | None = None,
         download: bool = False,
         seed: int = 0,
@@ -221,6 +228,11 @@ class FederatedDataModule(L.LightningDataModule):
         if partition == "file" and not partition_file:
             raise ValueError("partition 'file' needs data.partition_file (a JSON file of "
                              "per-client train/test index lists)")
+        if local_test not in ("split", "source"):
+            raise ValueError(f"unknown local_test {local_test!r}; valid: split, source")
+        if local_test == "source" and merge_test:
+            raise ValueError("local_test: source keeps the source's test split for testing; "
+                             "set merge_test: false")
         if not 0 < train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
         if not 0 <= val_fraction < 1:
@@ -248,6 +260,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.max_client_samples = max_client_samples
         self.max_train_samples = max_train_samples
         self.merge_test = merge_test
+        self.local_test = local_test
         self.root = root
         self.download = download
         self.seed = seed
@@ -284,8 +297,10 @@ class FederatedDataModule(L.LightningDataModule):
             return
         data = self.data
         merge = self.merge_test and data.x_test is not None
-        self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
-        self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
+        # the pool is the train split, followed by the test split when clients test on it
+        self.pool_has_test = (merge or self.local_test == "source") and data.x_test is not None
+        self.pool_x = torch.cat([data.x_train, data.x_test]) if self.pool_has_test else data.x_train
+        self.pool_y = torch.cat([data.y_train, data.y_test]) if self.pool_has_test else data.y_train
         self.splits = self._split(data, merge)
         if self.max_client_samples is not None:
             rng = np.random.default_rng([self.seed, _CAP_STREAM])
@@ -313,6 +328,8 @@ class FederatedDataModule(L.LightningDataModule):
             assert self.partition_file is not None
             return [ClientSplit(train, test) for train, test in
                     read_partition_file(self.partition_file, len(self.pool_y))]
+        if self.local_test == "source":
+            return self._splits_tested_on_source(data)
         client_indices = partition_labels(
             self.partition, self.pool_y.numpy(), self.num_clients, self.seed,
             domains=_pooled(data.domains_train, data.domains_test, merge),
@@ -329,6 +346,31 @@ class FederatedDataModule(L.LightningDataModule):
                     f"train_fraction={self.train_fraction}; raise min_client_size or lower "
                     "num_clients"
                 )
+        return splits
+
+    def _splits_tested_on_source(self, data: SourceData) -> list[ClientSplit]:
+        """``local_test: source``: each client trains on its part of the train split and is
+        tested on the source's test samples of its own domain / group."""
+        kind = {"domains": "domain", "natural": "group"}.get(self.partition)
+        if kind is None:
+            raise ValueError(f"local_test: source needs partition domains or natural (a client "
+                             f"per domain / group), got partition={self.partition!r}")
+        ids_train, ids_test = (getattr(data, f"{kind}s_train"), getattr(data, f"{kind}s_test"))
+        if data.x_test is None or (ids_train is not None and ids_test is None):
+            raise ValueError(f"local_test: source needs the source's own test split with a "
+                             f"{kind} per sample; {self.source} has none, use local_test: split")
+        client_indices = partition_labels(
+            self.partition, data.y_train.numpy(), self.num_clients, self.seed,
+            domains=data.domains_train, groups=data.groups_train, **self.partition_options,
+        )
+        splits = []
+        for i, train in enumerate(client_indices):
+            owner = ids_train[train[0]]
+            test = len(data.y_train) + np.flatnonzero(ids_test == owner)
+            if len(test) == 0:
+                raise ValueError(f"client {i} ({kind} {owner}) has no sample in the source's "
+                                 "test split; use local_test: split")
+            splits.append(ClientSplit(train, test.astype(np.int64)))
         return splits
 
     def _require_setup(self) -> list[ClientSplit]:
@@ -415,7 +457,7 @@ class FederatedDataModule(L.LightningDataModule):
             "source": self.source,
             "partition": self.partition,
             "merge_test": bool(self.merge_test),
-            "test_split_merged": bool(self.merge_test and self.data.x_test is not None),
+            "test_split_merged": bool(self.pool_has_test),
             "clients": [{"train": s.train.tolist(), "test": s.test.tolist(),
                          **({"val": s.val.tolist()} if len(s.val) else {})} for s in splits],
         }
