@@ -11,8 +11,9 @@ Offline sources ship with installed packages and never touch the network:
 torchvision sources (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``) read from
 a ``root`` folder and download only when asked to.
 
-To add a source, write a function ``(SourceRequest) -> SourceData`` and add it
-to ``_LOADERS``; ``SOURCES`` follows.
+To add a source, write a module in ``fedlight/data/`` with a function
+``(SourceRequest) -> SourceData`` decorated with ``@register_source("name")``; the module is
+imported with this one and ``SOURCES`` lists it.
 
 Loads are cached per argument set, so repeated calls return the *same* tensors:
 callers must not modify a returned ``SourceData``'s tensors in place (use
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source"]
+__all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source", "register_source"]
 
 _STD_FLOOR = 1e-6  # channels with a smaller std are left unscaled (constant features)
 
@@ -56,6 +57,11 @@ class SourceData:
     # A source that comes already split into clients (``pfllib``): per-client (train, test)
     # index arrays into x_train; the data module then uses it instead of a partitioner.
     client_splits: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+    # Who made each sample (a LEAF writer, a play role, a subject): int64 ids in one id space
+    # for train and test; ``partition: natural`` gives each group its own client.
+    groups_train: np.ndarray | None = None
+    groups_test: np.ndarray | None = None
+    group_names: list[str] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -73,6 +79,7 @@ class SourceRequest:
     synthetic_samples: int
     synthetic_shape: tuple[int, ...]
     synthetic_classes: int
+    image_size: int | None = None  # side of the square images are resized to (image sources)
 
 
 # ---------------------------------------------------------------------------- normalization
@@ -266,7 +273,9 @@ def _torchvision_loader(name: str) -> Callable[[SourceRequest], SourceData]:
 
 # ---------------------------------------------------------------------------- registry
 
-_LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
+Loader = Callable[[SourceRequest], SourceData]
+
+_LOADERS: dict[str, Loader] = {
     "mnist5k": lambda request: _load_mnist5k(),
     "digits": lambda request: _load_digits(),
     "synthetic": lambda request: _load_synthetic(
@@ -277,22 +286,44 @@ _LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
     ),
     **{name: _torchvision_loader(name) for name in _TORCHVISION},
 }
-# Cross-domain sources (``digits5``, ``digits5_torchvision``): one domain id per sample.
-from fedlight.data.crossdomain import CROSSDOMAIN_LOADERS  # noqa: E402
-
-_LOADERS.update(CROSSDOMAIN_LOADERS)
 
 
-def _load_pfllib(request: SourceRequest) -> SourceData:
-    """A folder written by PFLlib's dataset generators, read with its own client split."""
-    from fedlight.data.pfllib import load_pfllib  # imported here: pfllib imports this module
+def register_source(name: str) -> Callable[[Loader], Loader]:
+    """Decorator registering ``loader(request) -> SourceData`` as the data source `name`.
 
-    return load_pfllib(request.root)
+    Any module of the ``fedlight.data`` package may register sources this way: every module
+    of the package is imported when this one is, so a new source is one new file.
+    """
+
+    def register(loader: Loader) -> Loader:
+        if name in _LOADERS and _LOADERS[name] is not loader:
+            raise ValueError(f"data source {name!r} is registered twice")
+        _LOADERS[name] = loader
+        return loader
+
+    return register
 
 
-_LOADERS["pfllib"] = _load_pfllib
+@functools.cache
+def _registered() -> dict[str, Loader]:
+    """Every source: the built-in ones and those the modules of ``fedlight.data`` register
+    (all imported on the first call, which comes after the imports of this module)."""
+    import importlib
+    import pkgutil
 
-SOURCES: tuple[str, ...] = tuple(_LOADERS)
+    package = __name__.rsplit(".", 1)[0]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{module.name}")
+    return _LOADERS
+
+
+SOURCES: tuple[str, ...]  # names of every source (module __getattr__ below)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SOURCES":  # computed on first use: the registering modules import this one
+        return tuple(_registered())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_source(
@@ -303,6 +334,7 @@ def load_source(
     synthetic_samples: int = 2000,
     synthetic_shape: tuple[int, ...] = (1, 28, 28),
     synthetic_classes: int = 10,
+    image_size: int | None = None,
 ) -> SourceData:
     """Load the data source `name` (one of `SOURCES`) as normalized in-memory tensors.
 
@@ -313,6 +345,8 @@ def load_source(
         seed: seed of the ``synthetic`` source (the others are fixed data).
         synthetic_samples, synthetic_shape, synthetic_classes: size, per-sample shape and
             number of classes of the ``synthetic`` source.
+        image_size: resize the images of a folder source (``imagefolder``, ...) to this
+            square side; None keeps the files' size.
 
     Returns:
         A `SourceData` shared with other callers that asked for the same thing: do not
@@ -323,9 +357,11 @@ def load_source(
             source.
         FileNotFoundError: torchvision data missing from `root` while `download` is False.
     """
-    loader = _LOADERS.get(name)
+    loader = _registered().get(name)
     if loader is None:
-        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(SOURCES)}")
+        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(_registered())}")
+    if image_size is not None and (int(image_size) != image_size or image_size < 1):
+        raise ValueError(f"image_size={image_size!r} is invalid; use a positive integer or null")
     request = SourceRequest(
         root=None if root is None else str(Path(root).expanduser().resolve()),
         download=bool(download),
@@ -333,5 +369,6 @@ def load_source(
         synthetic_samples=int(synthetic_samples),
         synthetic_shape=tuple(int(s) for s in synthetic_shape),
         synthetic_classes=int(synthetic_classes),
+        image_size=image_size,
     )
     return loader(request)

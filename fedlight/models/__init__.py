@@ -11,9 +11,13 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fedlight.models.alexnet import alexnet_bn
 from fedlight.models.backbone import CUTS, Backbone, check_num_classes
-from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, lenet, mlp, tfcnn
+from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, femnist_cnn, lenet, mlp, mlp3, tfcnn
 from fedlight.models.resnet import resnet18
+from fedlight.models.resnet_cifar import resnet20, resnet56
+from fedlight.models.sensor import har_cnn
+from fedlight.models.sequence import char_lstm, fasttext
 from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
 
 __all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
@@ -22,13 +26,21 @@ BACKBONES: dict[str, Callable[..., Backbone]] = {
     "cnn": cnn,
     "cnn_bn": cnn_bn,
     "digit_cnn": digit_cnn,
+    "femnist_cnn": femnist_cnn,
     "lenet": lenet,
     "mlp": mlp,
+    "mlp3": mlp3,
     "tfcnn": tfcnn,
+    "alexnet_bn": alexnet_bn,
     "resnet18": resnet18,
+    "resnet20": resnet20,
+    "resnet56": resnet56,
     "vgg8": vgg8,
     "vgg8_bn": vgg8_bn,
     "vgg11": vgg11,
+    "fasttext": fasttext,
+    "char_lstm": char_lstm,
+    "har_cnn": har_cnn,
 }
 
 
@@ -39,10 +51,12 @@ def build_backbone(
 
     Args:
         name: a key of ``BACKBONES``, e.g. ``"cnn"``, ``"resnet18"``, ``"vgg11"``.
-        input_shape: shape of one sample without the batch, e.g. ``(1, 28, 28)`` or ``(64,)``.
+        input_shape: shape of one sample without the batch, e.g. ``(1, 28, 28)``, ``(64,)``
+            (features or token ids), ``(9, 128)`` (signals).
         num_classes: number of logits of the head.
         **kwargs: the backbone's own options (e.g. ``hidden`` for ``mlp``, ``all_fc_head``
-            for ``vgg11``); see each constructor's docstring.
+            for ``vgg11``, ``vocab_size`` for the token backbones ``fasttext`` and
+            ``char_lstm``, which token sources pass); see each constructor's docstring.
 
     Returns:
         A freshly initialized ``Backbone`` (seed with ``torch.manual_seed`` for repeatability).
