@@ -136,9 +136,18 @@ COLUMNS: list[tuple[str, Callable[[Run], float | None], str]] = [
 ]
 
 
-def group_statistics(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """One row per method, setting and round count: ``seeds`` and, per column, the mean and
-    the std over seeds (``None`` where no run has the value; std ``None`` for one seed)."""
+def table_columns(extra: Sequence[str] = ()) -> list[tuple[str, Callable[[Run], float | None],
+                                                                str]]:
+    """COLUMNS, then ``last <name>`` for each extra metrics.csv column (e.g.
+    ``hpm_accuracy_mean``): its last evaluated value, in % where the name says accuracy."""
+    return COLUMNS + [(f"last {name}", _last_row(name), "%" if "accuracy" in name else "mean3")
+                      for name in extra]
+
+
+def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One row per method, setting and round count: ``seeds`` and, per column (with the
+    ``extra`` metrics.csv columns), the mean and the std over seeds (``None`` where no run has
+    the value; std ``None`` for one seed)."""
     groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run)
@@ -146,7 +155,7 @@ def group_statistics(runs: Sequence[Run]) -> list[dict[str, Any]]:
     for (method, setting, rounds), members in sorted(groups.items()):
         row: dict[str, Any] = {"method": method, "setting": setting, "rounds": rounds,
                                "seeds": len(members)}
-        for title, value, _ in COLUMNS:
+        for title, value, _ in table_columns(extra):
             numbers = _finite([value(m) for m in members])
             row[f"{title} mean"] = statistics.mean(numbers) if numbers else None
             row[f"{title} std"] = statistics.stdev(numbers) if len(numbers) > 1 else None
@@ -165,12 +174,13 @@ def _cell(row: dict[str, Any], title: str, style: str) -> str:
     return f"{100 * mean:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
 
 
-def results_table(runs: Sequence[Run]) -> str:
+def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
     """Markdown table: one row per method, setting and round count (accuracies in %, mean ±
-    std over seeds), with the runs' mean wall and CPU seconds where they were recorded."""
-    rows = group_statistics(runs)
+    std over seeds), with the runs' mean wall and CPU seconds where they were recorded and
+    the ``extra`` metrics.csv columns' last values."""
+    rows = group_statistics(runs, extra)
     timed = any(run.process_seconds for run in runs)
-    columns = [c for c in COLUMNS if timed or c[2] != "seconds"]
+    columns = [c for c in table_columns(extra) if timed or c[2] != "seconds"]
     header = ["method", "setting", "rounds", "seeds", *(title for title, _, _ in columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
@@ -279,9 +289,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
 
 def write_report_of_runs(runs: Sequence[Run], out: str | Path,
                          compare: tuple[str, str] | None = None,
-                         title: str = "# fedlight report", notes: Sequence[str] = ()) -> Path:
+                         title: str = "# fedlight report", notes: Sequence[str] = (),
+                         extra: Sequence[str] = ()) -> Path:
     """``write_report`` of runs already read (their method and setting may be relabelled,
-    as ``fedlight sweep`` does), with ``notes`` (Markdown lines) after the title."""
+    as ``fedlight sweep`` does), with ``notes`` (Markdown lines) after the title and the
+    ``extra`` metrics.csv columns in the table."""
     runs, repeated = one_run_per_seed(runs)
     if not runs:
         raise ValueError("give at least one run folder")
@@ -293,7 +305,7 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
     if repeated:
         sections += [f"Not counted (an older run of the same method, setting, rounds and seed): "
                      f"{', '.join(str(r.path) for r in repeated)}.", ""]
-    sections += [results_table(runs), "", "![curves](curves.png)", ""]
+    sections += [results_table(runs, extra), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png")
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:

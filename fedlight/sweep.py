@@ -56,7 +56,7 @@ from typing import Any
 import yaml
 
 SWEEP_KEYS = ("name", "base", "overrides", "methods", "settings", "seeds", "seed_keys", "grid",
-              "select")
+              "select", "columns")
 METHOD_KEYS = ("class_path", "init_args", "config", "overrides")
 SELECT_MODES = ("validation",)
 #: Entries that say where and how a run reports, not what it computes: left out of the key.
@@ -102,6 +102,7 @@ class Sweep:
     cells: list[Cell]
     select: str | None = None
     source: str = ""
+    columns: tuple[str, ...] = ()
 
 
 # ===================================================================== reading a sweep
@@ -224,10 +225,13 @@ def read_sweep(spec: Mapping[str, Any], folder: Path, name: str) -> Sweep:
     points = [tuple(zip(grid, values, strict=True))
               for values in itertools.product(*grid.values())]
     for method, setting, point, seed in itertools.product(methods, settings, points, seeds):
-        arguments = [*base_arguments, *method_args[method], *setting_args[setting],
+        arguments = [*base_arguments, *setting_args[setting], *method_args[method],
                      *as_arguments(point), *as_arguments([(k, seed) for k in seed_keys])]
         cells.append(Cell(method, setting, point, seed, tuple(arguments)))
-    return Sweep(name, cells, select)
+    columns = spec.get("columns") or []
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise SweepError(f"columns must be a list of metrics.csv column names, got {columns!r}")
+    return Sweep(name, cells, select, columns=tuple(columns))
 
 
 def load_sweep(path: str | Path | None, options: argparse.Namespace) -> Sweep:
@@ -252,6 +256,13 @@ def load_sweep(path: str | Path | None, options: argparse.Namespace) -> Sweep:
         given = spec.get("methods")
         known = given if isinstance(given, dict) else {}
         spec["methods"] = {m: known.get(m, m) for m in options.methods}
+    if options.settings:
+        given = _mapping(spec.get("settings"), "settings")
+        missing = [s for s in options.settings if s not in given]
+        if missing:
+            raise SweepError(f"--settings: unknown setting {missing[0]!r}; valid: "
+                             f"{', '.join(given) or 'none (the file has no settings)'}")
+        spec["settings"] = {s: given[s] for s in options.settings}
     if options.seeds:
         spec["seeds"] = options.seeds
     for entry in options.set or []:
@@ -486,24 +497,26 @@ def collect(planned: Sequence[Planned]) -> tuple[list[Any], list[tuple[Planned, 
     return runs, failed
 
 
-def write_runs_csv(runs: Sequence[Any], path: Path) -> None:
+def write_runs_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> None:
     """One row per run: its labels, seed, rounds, every table column and its folder."""
-    from fedlight.report import COLUMNS
+    from fedlight.report import table_columns
 
+    columns = table_columns(extra)
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["method", "setting", "seed", "rounds", *[t for t, _, _ in COLUMNS],
+        writer.writerow(["method", "setting", "seed", "rounds", *[t for t, _, _ in columns],
                          "best val personalized", "run"])
         for run in runs:
             writer.writerow([run.method, run.setting, run.seed, run.rounds,
-                             *[value(run) for _, value, _ in COLUMNS],
+                             *[value(run) for _, value, _ in columns],
                              run.summary.get("best_val_personalized_accuracy"), run.path.name])
 
 
-def write_results_csv(runs: Sequence[Any], path: Path) -> None:
+def write_results_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> None:
+    """The report's table as CSV: per group, the mean and std over seeds of each column."""
     from fedlight.report import group_statistics
 
-    rows = group_statistics(runs)
+    rows = group_statistics(runs, extra)
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["method"])
         writer.writeheader()
@@ -560,9 +573,10 @@ def write_results(sweep: Sweep, planned: Sequence[Planned], out: Path, command: 
     if not runs:
         (out / "report.md").write_text("\n".join([f"# sweep {sweep.name}", "", *notes]))
         return out / "report.md"
-    write_runs_csv(runs, out / "runs.csv")
-    write_results_csv(runs, out / "results.csv")
-    return write_report_of_runs(runs, out, title=f"# sweep {sweep.name}", notes=notes)
+    write_runs_csv(runs, out / "runs.csv", sweep.columns)
+    write_results_csv(runs, out / "results.csv", sweep.columns)
+    return write_report_of_runs(runs, out, title=f"# sweep {sweep.name}", notes=notes,
+                                extra=sweep.columns)
 
 
 def main(argv: list[str]) -> None:
@@ -572,6 +586,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("sweep", nargs="?", help="a sweep file (YAML)")
     parser.add_argument("--config", "-c", help="base fit config (replaces the file's base)")
     parser.add_argument("--methods", nargs="+", help="method labels of the file or class names")
+    parser.add_argument("--settings", nargs="+", help="run only these settings of the file")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (replace the file's)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="a config entry for every run, e.g. trainer.rounds=5 (repeatable)")

@@ -31,8 +31,8 @@ def write(tmp_path, spec, base=BASE):
 
 
 def options(**given):
-    defaults = dict(config=None, methods=None, seeds=None, set=None, grid=None, name=None,
-                    select=None)
+    defaults = dict(config=None, methods=None, settings=None, seeds=None, set=None, grid=None,
+                    name=None, select=None)
     return argparse.Namespace(**{**defaults, **given})
 
 
@@ -49,9 +49,9 @@ def test_grid_expands_methods_settings_points_and_seeds(tmp_path):
                 and c.point == (("model.init_args.lr", 0.05),) and c.seed == 1)
     assert cell.row == "dir lr=0.05"
     args = list(cell.args)
-    # the method's class first, then its arguments, the setting, the grid point and the seed
-    order = ["--model=FedRep", "--model.init_args.head_epochs=1", "--data.partition=dirichlet",
-             "--data.beta=0.5", "--model.init_args.lr=0.05", "--trainer.seed=1",
+    # the setting, then the method's class and arguments, the grid point and the seed
+    order = ["--data.partition=dirichlet", "--data.beta=0.5", "--model=FedRep",
+             "--model.init_args.head_epochs=1", "--model.init_args.lr=0.05", "--trainer.seed=1",
              "--data.seed=1"]
     assert [a for a in args if a in order] == order
 
@@ -72,7 +72,8 @@ def test_cells_resolve_like_fit_and_key_by_what_they_compute(tmp_path):
 
 
 def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch, capsys):
-    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 2})
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 2,
+                            "columns": ["personalized_accuracy_mean"]})
     out = tmp_path / "out"
     main(["sweep", str(path), "--out", str(out)])
     assert "2 runs, 0 cached, 2 to run" in capsys.readouterr().out
@@ -90,6 +91,7 @@ def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch,
     row = next(line for line in report.splitlines() if line.startswith("| FedAvg"))
     assert "| 1 | 2 |" in row  # rounds, seeds
     assert "wall s / run" in report and (out / "curves.png").stat().st_size > 1000
+    assert "last personalized_accuracy_mean" in report
     results = list(csv.DictReader((out / "results.csv").open()))
     assert results[0]["seeds"] == "2" and float(results[0]["wall s / run mean"]) > 0
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 2
