@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -164,3 +165,18 @@ def test_a_file_that_is_not_a_sweep_is_refused(tmp_path):
     path.write_text("- FedAvg\n")
     with pytest.raises(SweepError, match="must hold a mapping"):
         load_sweep(path, options())
+
+
+SWEEPS = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
+    """Every benchmark sweep file expands, and its first and last run resolve as fit configs
+    (the real-image files with mnist5k in place of their image folder)."""
+    source = yaml.safe_load(path.read_text())["overrides"].get("data", {}).get("source")
+    given = ["data.source=mnist5k", "data.root=null"] if source == "imagefolder" else None
+    sweep = load_sweep(path, options(set=given))
+    assert sweep.name == path.stem and len(sweep.cells) >= 3
+    sweep.cells = [sweep.cells[0], sweep.cells[-1]]
+    assert len(plan(sweep, tmp_path)) == 2
