@@ -295,6 +295,12 @@ def _key_value(entry: str, option: str) -> tuple[str, Any]:
 def resolve(cell: Cell) -> dict[str, Any]:
     """The configuration ``fedlight fit`` would run for this cell (every default filled in),
     or SweepError with the parser's one-line message."""
+    return resolve_arguments(cell.args, cell.label)
+
+
+def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:
+    """The configuration ``fedlight fit ARGUMENTS`` would run, resolved by its parser; a
+    refused command line is a SweepError ``<label>: <the parser's one-line message>``."""
     from fedlight.cli import FedlightCLI
     from fedlight.errors import USER_ERRORS, user_message
 
@@ -302,14 +308,14 @@ def resolve(cell: Cell) -> dict[str, Any]:
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors), \
                 _quiet_cli():
-            FedlightCLI(args=["fit", *cell.args, "--print_config"])
+            FedlightCLI(args=["fit", *arguments, "--print_config"])
     except SystemExit as stop:
         if stop.code not in (0, None):
             lines = [line for line in errors.getvalue().splitlines() if line.strip()]
-            raise SweepError(f"{cell.label}: {lines[-1] if lines else f'exit {stop.code}'}"
+            raise SweepError(f"{label}: {lines[-1] if lines else f'exit {stop.code}'}"
                              ) from None
     except USER_ERRORS as error:
-        raise SweepError(f"{cell.label}: {user_message(error)}") from None
+        raise SweepError(f"{label}: {user_message(error)}") from None
     return yaml.safe_load(printed.getvalue())
 
 
