@@ -1,4 +1,4 @@
-"""Privacy on MNIST-5k: GPFL's Table 5 (DLG PSNR per method) and a DP-FedAvg trade-off.
+"""Privacy on MNIST-5k: GPFL's Table 5 (DLG PSNR per method).
 
     python benchmarks/privacy_table.py --rounds 2 --seeds 1
     python benchmarks/privacy_table.py --rounds 2 --seeds 1 --out benchmarks/results/privacy.md
@@ -22,16 +22,9 @@ their head private), and for GPFL ``-sfe`` the pseudo feature extractor ``phi o 
 global route (``g`` = mean of the received GCE table) and ``-sm`` the pseudo model
 ``sim(phi o CoV(x), GCE(u))`` (Eq. 13). Methods missing from ``fedlight.clients`` are skipped.
 
-**DP trade-off.** GPFL and FedAvg with client-level DP (:mod:`fedlight.privacy.dp`, uniform
-weighting), clip norm ``S`` near the median update norm we measured at round 1-2 (FedAvg 0.3,
-GPFL 0.6: GPFL's update also holds CoV and the GCE table), at each ``--noise`` multiplier, for
-``--dp-rounds`` rounds; the row without DP uses uniform weighting too. Cells: best and last
-personalized accuracy (pooled over clients) and epsilon at delta 1e-5 (RDP accountant, sampling
-rate = join ratio = 1, i.e. no amplification), plus FedAvg's global accuracy; Local (no
-communication) is the reference every personalized number should beat. Note: this DP is
-client-level DP against whoever sees the *released* global models; the server itself still
-sees each raw update, so it does not lower the DLG PSNR above (that needs local noise or
-secure aggregation).
+The DP-FedAvg accuracy / epsilon trade-off of results/privacy.md is a sweep:
+``fedlight sweep benchmarks/sweeps/privacy_dp.yaml``. Client-level DP protects the *released*
+models, not the raw updates the server sees, so it does not lower the PSNR here.
 """
 
 from __future__ import annotations
@@ -47,7 +40,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,14 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fedlight.clients import CLIENTS, FederatedClient  # noqa: E402
 from fedlight.data import FederatedDataModule  # noqa: E402
 from fedlight.federation import FederatedTrainer  # noqa: E402
-from fedlight.privacy import ClientLevelDP, client_leakage, psnr  # noqa: E402
+from fedlight.privacy import client_leakage, psnr  # noqa: E402
 
 SURFACES = {"FedPer": ["fe"], "FedRep": ["fe"], "FedAvg": ["fe", "model"],
             "GPFL": ["fe", "sfe", "sm"]}
 SHORT = {"FedPer": "Per", "FedRep": "Rep", "FedAvg": "Avg", "GPFL": "GPFL"}
-DP_METHODS = ["GPFL", "FedAvg"]
-CLIP_NORM = {"FedAvg": 0.3, "GPFL": 0.6}
-DELTA = 1e-5
 
 
 def make_data() -> FederatedDataModule:
@@ -74,12 +63,12 @@ def make_data() -> FederatedDataModule:
                                train_fraction=0.75)
 
 
-def train(method: str, seed: int, rounds: int, root: str, **options: Any) -> FederatedTrainer:
+def train(method: str, seed: int, rounds: int, root: str) -> FederatedTrainer:
     torch.manual_seed(seed)
     client = CLIENTS[method](backbone="cnn", num_classes=10, input_shape=(1, 28, 28), lr=0.005)
     trainer = FederatedTrainer(rounds=rounds, batch_size=10, seed=seed, accelerator="cpu",
                                default_root_dir=root, progress_bar=False, threads=1,
-                               checkpoint_every=max(rounds, 1), **options)
+                               checkpoint_every=max(rounds, 1))
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.fit(client, make_data())
     return trainer
@@ -178,37 +167,6 @@ def psnr_table(args: argparse.Namespace, root: str) -> str:
     return "\n".join([header, rule, row]) + note
 
 
-def dp_table(args: argparse.Namespace, root: str) -> str:
-    lines = ["| method | S | z | epsilon (delta 1e-5) | best pers. acc. | last pers. acc. | "
-             "last global acc. |", "|---|---|---|---|---|---|---|"]
-    runs = [(m, noise) for m in DP_METHODS if m in CLIENTS for noise in [None, *args.noise]]
-    for method, noise in [*runs, ("Local", None)]:
-        best, last, last_global = [], [], []
-        options: dict[str, Any] = {"weighting": "uniform"}
-        if noise is not None:
-            options.update(dp_clip_norm=CLIP_NORM[method], dp_noise_multiplier=noise,
-                           dp_delta=DELTA)
-        for seed in range(args.seeds):
-            trainer = train(method, seed, args.dp_rounds, root, **options)
-            accuracy = [r["personalized_accuracy"] for r in trainer.history]
-            best.append(100 * max(accuracy))
-            last.append(100 * accuracy[-1])
-            if trainer.history[-1]["global_accuracy"] is not None:
-                last_global.append(100 * trainer.history[-1]["global_accuracy"])
-        if method == "Local":
-            clip, z, epsilon = "-", "-", "0 (nothing sent)"
-        elif noise is None:
-            clip, z, epsilon = "-", "-", "∞ (no DP)"
-        else:
-            dp = ClientLevelDP(CLIP_NORM[method], noise, DELTA)
-            clip, z = f"{CLIP_NORM[method]}", f"{noise}"
-            epsilon = f"{dp.epsilon(args.dp_rounds, 1.0):.3g}"
-        lines.append(f"| {method} | {clip} | {z} | {epsilon} | {mean_std(best)} | "
-                     f"{mean_std(last)} | {mean_std(last_global)} |")
-        print(lines[-1], flush=True)
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2,
@@ -216,9 +174,6 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="training seeds 0..seeds-1")
     parser.add_argument("--images", type=int, default=2, help="images attacked per surface")
     parser.add_argument("--iterations", type=int, default=200, help="DLG Adam steps")
-    parser.add_argument("--dp-rounds", type=int, default=5, help="rounds of each DP run")
-    parser.add_argument("--noise", type=float, nargs="+", default=[0.1, 1.0],
-                        help="DP noise multipliers z")
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -227,17 +182,15 @@ def main() -> None:
         print("DLG PSNR (dB):", flush=True)
         psnr_md = psnr_table(args, root)
         print(psnr_md)
-        print("DP trade-off:", flush=True)
-        dp_md = dp_table(args, root)
     wall = time.perf_counter() - started
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     command = "python benchmarks/privacy_table.py " + shlex.join(sys.argv[1:])
     text = "\n".join([
-        "## Privacy: DLG leakage (GPFL Table 5) and client-level DP on MNIST-5k", "",
+        "## Privacy: DLG leakage (GPFL Table 5) on MNIST-5k", "",
         f"Command: `{command}`  ",
         f"Small run, NOT paper scale: {args.rounds} training rounds before the attack, "
         f"{args.images} single images x {args.iterations} Adam steps per surface, "
-        f"{args.dp_rounds} rounds per DP run, seeds 0..{args.seeds - 1}; "
+        f"seeds 0..{args.seeds - 1}; "
         f"wall time {wall:.0f} s, CPU time {cpu.ru_utime + cpu.ru_stime:.0f} s (1 thread).", "",
         "mnist5k, 20 clients, Dirichlet(0.1), 4-layer CNN, lr 0.005, batch 10, 1 local epoch, "
         "join ratio 1. PSNR (dB, lower = more private) of DLG reconstructions of one image "
@@ -245,11 +198,6 @@ def main() -> None:
         "suffix whole model, -sfe phi o CoV, -sm Eq. 13's pseudo model; the two guess "
         "columns score data-free guesses of the same images):", "",
         psnr_md, "",
-        "Client-level DP (DP-FedAvg: clip to S, Gaussian noise z*S on the sum, uniform mean; "
-        "epsilon from dp-accounting's RDP accountant, sampling rate 1). It protects the "
-        "released models, not the raw updates the server sees, so it does not change the DLG "
-        "numbers above:", "",
-        dp_md, "",
     ])
     print(text)
     if args.out:

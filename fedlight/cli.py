@@ -6,6 +6,7 @@
     fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
     fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
     fedlight report runs/* --out report/                         # tables and plots of runs
+    fedlight sweep benchmarks/sweeps/gpfl_table1.yaml --jobs 2   # a grid of runs, tabulated
     fedlight interpolate runs/<AaBb run>                         # alpha/beta interpolation grid
     fedlight flower configs/fedper/mnist5k_dirichlet.yaml        # the same run on Flower
 
@@ -157,6 +158,13 @@ def interpolate(argv: list[str]) -> None:
     interpolation_main(argv)
 
 
+def sweep(argv: list[str]) -> None:
+    """``fedlight sweep SWEEP.yaml``: a cached, resumable grid of fit runs, tabulated."""
+    from fedlight.sweep import main as sweep_main
+
+    sweep_main(argv)
+
+
 def flower(argv: list[str]) -> None:
     """fedlight flower CONFIG [overrides]: the config under Flower's simulation engine."""
     from fedlight.flower.simulate import main as flower_main
@@ -165,7 +173,7 @@ def flower(argv: list[str]) -> None:
 
 
 TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate,
-         "flower": flower}
+         "flower": flower, "sweep": sweep}
 
 #: One line per subcommand, in the order of ``fedlight --help``.
 COMMANDS = {
@@ -173,6 +181,7 @@ COMMANDS = {
     "validate": "evaluate a run's checkpoint on the local and global test data",
     "test": "validate, and write test_metrics.json into the run folder",
     "report": "tables and plots of finished runs (RUN_DIR... --out DIR)",
+    "sweep": "a cached, resumable grid of runs with its table (fedlight sweep SWEEP.yaml)",
     "export-partition": "write a run's or a config's split in PFLlib's folder layout",
     "interpolate": "the privatization paper's alpha/beta interpolation grid of a run",
     "flower": "run a config on Flower's simulation engine (fedlight flower CONFIG [overrides])",

@@ -1,13 +1,14 @@
 """``fedlight report RUN_DIR... --out DIR``: paper-style tables and plots from run folders.
 
-Runs are grouped by method and setting (source, partition and its parameter); seeds of the
-same method and setting are pooled as mean +- std. Written to ``DIR``:
+Runs are grouped by method, setting (source, partition and its parameter) and round count;
+seeds of the same group are pooled as mean +- std, and runs of different lengths never are.
+Written to ``DIR``:
 
-* ``report.md``: methods x settings of best and last personalized accuracy, global accuracy
-  and fairness (std and coefficient of variation of client accuracies at the last round, as
-  GPFL's Table 3), with the number of seeds;
-* ``curves.png``: personalized accuracy against the round, one line per method and setting
-  (mean over seeds);
+* ``report.md``: methods x settings x rounds of best and last personalized accuracy, global
+  accuracy and fairness (std and coefficient of variation of client accuracies at the last
+  round, as GPFL's Table 3), with the number of seeds;
+* ``curves.png``: personalized accuracy against the round, one line per method, setting and
+  round count (mean over seeds);
 * ``client_gain_<A>_vs_<B>.png``: histogram of per-client accuracy changes between the first
   two methods of a setting (MAP's Fig. 10), when ``--compare A B`` is given or exactly two
   methods share a setting;
@@ -23,7 +24,7 @@ import math
 import shutil
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,20 @@ class Run:
     summary: dict[str, Any]
     history: list[dict[str, float]]
     per_client: dict[int, float] = field(default_factory=dict)
+    #: whole-process wall and CPU seconds of the run, where its launcher recorded them
+    process_seconds: dict[str, float] | None = None
+
+    @property
+    def rounds(self) -> int:
+        """Rounds the run trained (its summary's ``rounds``; evaluated rows otherwise)."""
+        if self.summary.get("rounds") is not None:
+            return int(self.summary["rounds"])
+        return int(max((r.get("round", 0) for r in self.history), default=0))
+
+    @property
+    def group(self) -> tuple[str, str, int]:
+        """What pools across seeds: method, setting and round count."""
+        return self.method, self.setting, self.rounds
 
 
 def _setting(config: dict[str, Any]) -> str:
@@ -66,6 +81,8 @@ def read_run(path: str | Path) -> Run:
     """Read a run folder written by ``FederatedTrainer`` (clear error when it is not one)."""
     path = Path(path)
     summary_path = path / "summary.json"
+    if "*" in str(path) and not path.exists():  # a shell pattern that matched nothing
+        raise FileNotFoundError(f"{str(path)!r} matches no run folder")
     if not summary_path.is_file():
         raise FileNotFoundError(f"{str(path)!r} is not a finished fedlight run (no summary.json)")
     summary = json.loads(summary_path.read_text())
@@ -83,13 +100,8 @@ def read_run(path: str | Path) -> Run:
                per_client)
 
 
-def _mean_std(values: Sequence[float | None]) -> str:
-    numbers = [100 * v for v in values if v is not None and math.isfinite(v)]
-    if not numbers:
-        return "-"
-    if len(numbers) == 1:
-        return f"{numbers[0]:.2f}"
-    return f"{statistics.mean(numbers):.2f} ± {statistics.stdev(numbers):.2f}"
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
 
 
 def _last(run: Run, key: str) -> float | None:
@@ -97,32 +109,85 @@ def _last(run: Run, key: str) -> float | None:
     return values[-1] if values else None
 
 
-def results_table(runs: Sequence[Run]) -> str:
-    """Markdown table: one row per method, one column group per setting (values in %)."""
-    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
+def _summary(key: str) -> Callable[[Run], float | None]:
+    return lambda run: run.summary.get(key)
+
+
+def _last_row(key: str) -> Callable[[Run], float | None]:
+    return lambda run: _last(run, key)
+
+
+def _process(kind: str) -> Callable[[Run], float | None]:
+    return lambda run: (run.process_seconds or {}).get(kind)
+
+
+#: Columns of the results table: (title, value of one run, how a group is shown): "%" mean ±
+#: std in percent, "mean3" the mean to three places, "seconds" the mean in whole seconds.
+COLUMNS: list[tuple[str, Callable[[Run], float | None], str]] = [
+    ("best personalized", _summary("best_personalized_accuracy"), "%"),
+    ("last personalized", _summary("last_personalized_accuracy"), "%"),
+    ("mean last-10 personalized", _summary("mean_last_personalized_accuracy"), "%"),
+    ("best global", _summary("best_global_accuracy"), "%"),
+    ("last global", _summary("last_global_accuracy"), "%"),
+    ("std (fairness)", _last_row("personalized_accuracy_std"), "%"),
+    ("CV", _last_row("personalized_accuracy_cv"), "mean3"),
+    ("wall s / run", _process("wall"), "seconds"),
+    ("CPU s / run", _process("cpu"), "seconds"),
+]
+
+
+def table_columns(extra: Sequence[str] = ()) -> list[tuple[str, Callable[[Run], float | None],
+                                                                str]]:
+    """COLUMNS, then ``last <name>`` for each extra metrics.csv column (e.g.
+    ``hpm_accuracy_mean``): its last evaluated value, in % where the name says accuracy."""
+    return COLUMNS + [(f"last {name}", _last_row(name), "%" if "accuracy" in name else "mean3")
+                      for name in extra]
+
+
+def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One row per method, setting and round count: ``seeds`` and, per column (with the
+    ``extra`` metrics.csv columns), the mean and the std over seeds (``None`` where no run has
+    the value; std ``None`` for one seed)."""
+    groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
-        groups[(run.method, run.setting)].append(run)
-    lines = ["| method | setting | seeds | best personalized | last personalized | "
-             "mean last-10 personalized | best global | last global | std (fairness) | CV |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for (method, setting), members in sorted(groups.items()):
-        s = [m.summary for m in members]
-        lines.append("| " + " | ".join([
-            method, setting, str(len(members)),
-            _mean_std([x.get("best_personalized_accuracy") for x in s]),
-            _mean_std([x.get("last_personalized_accuracy") for x in s]),
-            _mean_std([x.get("mean_last_personalized_accuracy") for x in s]),
-            _mean_std([x.get("best_global_accuracy") for x in s]),
-            _mean_std([x.get("last_global_accuracy") for x in s]),
-            _mean_std([_last(m, "personalized_accuracy_std") for m in members]),
-            _cv([_last(m, "personalized_accuracy_cv") for m in members]),
-        ]) + " |")
+        groups[run.group].append(run)
+    rows = []
+    for (method, setting, rounds), members in sorted(groups.items()):
+        row: dict[str, Any] = {"method": method, "setting": setting, "rounds": rounds,
+                               "seeds": len(members)}
+        for title, value, _ in table_columns(extra):
+            numbers = _finite([value(m) for m in members])
+            row[f"{title} mean"] = statistics.mean(numbers) if numbers else None
+            row[f"{title} std"] = statistics.stdev(numbers) if len(numbers) > 1 else None
+        rows.append(row)
+    return rows
+
+
+def _cell(row: dict[str, Any], title: str, style: str) -> str:
+    mean, std = row[f"{title} mean"], row[f"{title} std"]
+    if mean is None:
+        return "-"
+    if style == "mean3":
+        return f"{mean:.3f}"
+    if style == "seconds":
+        return f"{mean:.0f}"
+    return f"{100 * mean:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+
+
+def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
+    """Markdown table: one row per method, setting and round count (accuracies in %, mean ±
+    std over seeds), with the runs' mean wall and CPU seconds where they were recorded and
+    the ``extra`` metrics.csv columns' last values."""
+    rows = group_statistics(runs, extra)
+    timed = any(run.process_seconds for run in runs)
+    columns = [c for c in table_columns(extra) if timed or c[2] != "seconds"]
+    header = ["method", "setting", "rounds", "seeds", *(title for title, _, _ in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = [row["method"], row["setting"], str(row["rounds"]), str(row["seeds"])]
+        cells += [_cell(row, title, style) for title, _, style in columns]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _cv(values: Sequence[float | None]) -> str:
-    numbers = [v for v in values if v is not None and math.isfinite(v)]
-    return f"{statistics.mean(numbers):.3f}" if numbers else "-"
 
 
 def _pyplot():
@@ -135,14 +200,15 @@ def _pyplot():
 
 
 def plot_curves(runs: Sequence[Run], path: Path) -> None:
-    """Personalized accuracy against the round, mean over seeds, per method and setting."""
+    """Personalized accuracy against the round, mean over seeds, per method, setting and
+    round count."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         for row in run.history:
             if math.isfinite(row.get("personalized_accuracy", math.nan)):
-                groups[f"{run.method} {run.setting}"][row["round"]].append(
+                groups[f"{run.method} {run.setting} ({run.rounds} rounds)"][row["round"]].append(
                     row["personalized_accuracy"])
     for label, by_round in sorted(groups.items()):
         rounds = sorted(by_round)
@@ -188,28 +254,58 @@ def _safe(name: str) -> str:
 
 
 def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
-    """The newest run (by its summary.json) of each method, setting and seed, and the older
-    repeats left out, so that "seeds" counts distinct seeds."""
-    newest: dict[tuple[str, str, int], Run] = {}
+    """The newest run (by its summary.json) of each method, setting, round count and seed,
+    and the older repeats left out, so that "seeds" counts distinct seeds (a run of another
+    length is another row, never a repeat)."""
+    newest: dict[tuple[tuple[str, str, int], int], Run] = {}
     for run in sorted(runs, key=lambda r: (r.path / "summary.json").stat().st_mtime):
-        newest[(run.method, run.setting, run.seed)] = run
-    kept = [r for r in runs if newest[(r.method, r.setting, r.seed)] is r]
+        newest[(run.group, run.seed)] = run
+    kept = [r for r in runs if newest[(r.group, r.seed)] is r]
     return kept, [r for r in runs if r not in kept]
+
+
+def check_compare(runs: Sequence[Run], compare: tuple[str, str]) -> None:
+    """Raise ValueError (one line) unless both methods of ``--compare`` have runs of one
+    setting and round count."""
+    groups: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for run in runs:
+        groups[run.method].add((run.setting, run.rounds))
+    absent = [name for name in compare if name not in groups]
+    if absent:
+        raise ValueError(f"--compare {' '.join(compare)}: no run of {', '.join(absent)}; "
+                         f"methods in these runs: {', '.join(sorted(groups))}")
+    if not groups[compare[0]] & groups[compare[1]]:
+        where = "; ".join(f"{name} in " + ", ".join(f"{s} ({r} rounds)" for s, r in
+                                                     sorted(groups[name])) for name in compare)
+        raise ValueError(f"--compare {' '.join(compare)}: the two methods share no setting "
+                         f"and round count ({where})")
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path,
                  compare: tuple[str, str] | None = None) -> Path:
     """Write ``report.md`` and its PNGs for the given run folders into ``out``."""
-    runs, repeated = one_run_per_seed([read_run(p) for p in run_dirs])
+    return write_report_of_runs([read_run(p) for p in run_dirs], out, compare)
+
+
+def write_report_of_runs(runs: Sequence[Run], out: str | Path,
+                         compare: tuple[str, str] | None = None,
+                         title: str = "# fedlight report", notes: Sequence[str] = (),
+                         extra: Sequence[str] = ()) -> Path:
+    """``write_report`` of runs already read (their method and setting may be relabelled,
+    as ``fedlight sweep`` does), with ``notes`` (Markdown lines) after the title and the
+    ``extra`` metrics.csv columns in the table."""
+    runs, repeated = one_run_per_seed(runs)
     if not runs:
         raise ValueError("give at least one run folder")
+    if compare:
+        check_compare(runs, compare)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    sections = ["# fedlight report", "", "Accuracies in %, mean ± std over seeds.", ""]
+    sections = [title, "", *notes, "Accuracies in %, mean ± std over seeds.", ""]
     if repeated:
-        sections += [f"Not counted (an older run of the same method, setting and seed): "
+        sections += [f"Not counted (an older run of the same method, setting, rounds and seed): "
                      f"{', '.join(str(r.path) for r in repeated)}.", ""]
-    sections += [results_table(runs), "", "![curves](curves.png)", ""]
+    sections += [results_table(runs, extra), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png")
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
@@ -220,20 +316,33 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
             name = f"partition_{_safe(setting)}.png"
             shutil.copyfile(heatmap, out / name)
             sections += [f"## Partition {setting}", "", f"![partition]({name})", ""]
-        methods = sorted({m.method for m in members})
-        pair = compare if compare else (tuple(methods) if len(methods) == 2 else None)
-        if pair and all(p in methods for p in pair):
-            gains = client_gains([m for m in members if m.method == pair[0]],
-                                 [m for m in members if m.method == pair[1]])
-            if gains:
-                name = f"client_gain_{_safe(pair[0])}_vs_{_safe(pair[1])}_{_safe(setting)}.png"
-                plot_gain_histogram(gains, pair, out / name)
-                better = sum(g > 0 for g in gains) / len(gains)
-                sections += [f"## {pair[1]} vs {pair[0]} on {setting}", "",
-                             f"{100 * better:.0f} % of clients gain accuracy.", "",
-                             f"![gains]({name})", ""]
+        sections += _gain_sections(members, setting, compare, out)
     (out / "report.md").write_text("\n".join(sections))
     return out / "report.md"
+
+
+def _gain_sections(members: Sequence[Run], setting: str, compare: tuple[str, str] | None,
+                   out: Path) -> list[str]:
+    """The per-client gain histogram of the compared pair on one setting (each round count
+    apart), as Markdown lines."""
+    sections: list[str] = []
+    for rounds in sorted({m.rounds for m in members}):
+        same_length = [m for m in members if m.rounds == rounds]
+        methods = sorted({m.method for m in same_length})
+        suffix = f"_{rounds}r" if len({m.rounds for m in members}) > 1 else ""
+        pair = compare if compare else (tuple(methods) if len(methods) == 2 else None)
+        if pair and all(p in methods for p in pair):
+            gains = client_gains([m for m in same_length if m.method == pair[0]],
+                                 [m for m in same_length if m.method == pair[1]])
+            if gains:
+                name = (f"client_gain_{_safe(pair[0])}_vs_{_safe(pair[1])}_{_safe(setting)}"
+                        f"{suffix}.png")
+                plot_gain_histogram(gains, pair, out / name)
+                better = sum(g > 0 for g in gains) / len(gains)
+                sections += [f"## {pair[1]} vs {pair[0]} on {setting} ({rounds} rounds)", "",
+                             f"{100 * better:.0f} % of clients gain accuracy.", "",
+                             f"![gains]({name})", ""]
+    return sections
 
 
 def main(argv: list[str]) -> None:

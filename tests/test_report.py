@@ -9,10 +9,10 @@ from fedlight.report import read_run, write_report
 from tests.conftest import tiny_data, tiny_trainer
 
 
-def run(tmp_path, cls, seed, **trainer_kwargs):
+def run(tmp_path, cls, seed, rounds=2, **trainer_kwargs):
     client = cls(backbone="mlp", num_classes=4, input_shape=(1, 8, 8), lr=0.1)
     name = f"{cls.__name__}-{seed}"
-    tiny_trainer(tmp_path, rounds=2, seed=seed, run_name=name, **trainer_kwargs).fit(
+    tiny_trainer(tmp_path, rounds=rounds, seed=seed, run_name=name, **trainer_kwargs).fit(
         client, tiny_data())
     return tmp_path / name
 
@@ -74,4 +74,39 @@ def test_report_counts_distinct_seeds(tmp_path):
     report = (tmp_path / "report" / "report.md").read_text()
     fedavg_row = next(line for line in report.splitlines() if line.startswith("| FedAvg"))
     assert "| 1 |" in fedavg_row and "±" not in fedavg_row
-    assert f"Not counted (an older run of the same method, setting and seed): {first}" in report
+    assert (f"Not counted (an older run of the same method, setting, rounds and seed): {first}"
+            in report)
+
+
+def test_report_never_pools_runs_of_different_lengths(tmp_path):
+    long_runs = [run(tmp_path / "long", FedAvg, seed, rounds=3) for seed in (0, 1)]
+    short = run(tmp_path / "short", FedAvg, 0, rounds=1)  # newest, same method, setting, seed
+    write_report([*long_runs, short], tmp_path / "report")
+    report = (tmp_path / "report" / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| FedAvg")]
+    assert len(rows) == 2 and "Not counted" not in report
+    assert "| 3 | 2 |" in rows[1] and "| 1 | 1 |" in rows[0]  # rounds, seeds
+    assert "| rounds | seeds |" in report
+
+
+@pytest.mark.parametrize("pair, message", [
+    (("FedAvg", "MAP"), "--compare FedAvg MAP: no run of MAP; methods in these runs: FedAvg, "
+                        "Local"),
+    (("FedAvg", "Local"), "--compare FedAvg Local: the two methods share no setting and round "
+                          "count (FedAvg in synthetic/iid (2 rounds); Local in synthetic/iid "
+                          "(1 rounds))"),
+])
+def test_report_compare_says_in_one_line_what_is_missing(tmp_path, capsys, pair, message):
+    runs = [run(tmp_path, FedAvg, 0), run(tmp_path, Local, 0, rounds=1)]
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", *map(str, runs), "--out", str(tmp_path / "report"), "--compare", *pair])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"error: {message}"
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_names_a_pattern_that_matched_no_run(tmp_path, capsys):
+    existing = run(tmp_path, FedAvg, 0)
+    with pytest.raises(SystemExit):
+        main(["report", str(existing), str(tmp_path / "fedavg-*")])
+    assert "fedavg-*' matches no run folder" in capsys.readouterr().err

@@ -65,11 +65,17 @@ class FederatedTrainer(RunCheckpoints):
         gradient_clip_algorithm: norm or value.
         eval_every: evaluate every this many rounds (the last round always is).
         eval_batch_size: batch size of evaluation.
+        evaluate_after_local_training: score each participant's personalized accuracy right
+            after its local training (MAP's protocol) whatever the method; False scores every
+            client from its stored state; None (default) keeps the method's own choice (MAP and
+            Privatize: after training; the others: stored state).
         default_root_dir: runs are written to <default_root_dir>/<run name>/.
         run_name: the run folder's name; default <method>-<source>-<partition>-s<seed>
             (-v2, -v3... appended when that folder exists).
         logger: csv (always on), plus tensorboard and / or wandb.
         wandb_project: W&B project (offline when no API key is set).
+        wandb_group: W&B group of the run; default <method>-<source>-<partition> (fedlight
+            sweep groups its runs under the sweep's name).
         checkpoint_every: write checkpoints/last.ckpt every this many rounds (and at the end).
         progress_bar: show a progress bar over rounds.
         verbose: print the partition table and the final summary table.
@@ -117,10 +123,12 @@ class FederatedTrainer(RunCheckpoints):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         eval_every: int = 1,
         eval_batch_size: int = 512,
+        evaluate_after_local_training: bool | None = None,
         default_root_dir: str = "runs",
         run_name: str | None = None,
         logger: bool | str | list[str] = "csv",
         wandb_project: str = "fedlight",
+        wandb_group: str | None = None,
         checkpoint_every: int = 10,
         progress_bar: bool = True,
         verbose: bool = True,
@@ -150,10 +158,11 @@ class FederatedTrainer(RunCheckpoints):
                                   gradient_clip_algorithm=gradient_clip_algorithm)
         LocalLoop(None, batch_size, **self.local_options)  # type: ignore[arg-type]  # validate
         self.eval_every, self.eval_batch_size = eval_every, eval_batch_size
+        self.evaluate_after_local_training = evaluate_after_local_training
         self.default_root_dir = Path(default_root_dir)
         self.run_name = run_name
         self.loggers = normalize_loggers(logger)
-        self.wandb_project = wandb_project
+        self.wandb_project, self.wandb_group = wandb_project, wandb_group
         self.checkpoint_every = checkpoint_every
         self.progress_bar, self.verbose = progress_bar, verbose
         self.probes = list(probes or [])
@@ -252,6 +261,8 @@ class FederatedTrainer(RunCheckpoints):
         prepare_run(model, datamodule, self.seed, self.reinitialize, self.threads,
                     self.fabric.device)
         method = type(model).__name__
+        if self.evaluate_after_local_training is not None:
+            model.evaluate_after_local_training = self.evaluate_after_local_training
         self.server = resolve_rule(model.configure_server(), server, method)
         self.client, self.datamodule = model, datamodule
         self.num_clients = datamodule.num_clients
@@ -281,7 +292,8 @@ class FederatedTrainer(RunCheckpoints):
         self.writer = RunWriter(
             self.dist, self.default_root_dir,
             self.run_name or default_run_name(model, datamodule, self.seed), self.loggers,
-            f"{method}-{datamodule.source}-{datamodule.partition}", self.wandb_project,
+            self.wandb_group or f"{method}-{datamodule.source}-{datamodule.partition}",
+            self.wandb_project,
             self.progress_bar, self.verbose)
         self.history = []
         self.last_client_scores: dict[int, dict[str, Score]] = {}

@@ -1,0 +1,227 @@
+"""fedlight against PFLlib on the identical split: best accuracy and whole-process wall time.
+
+Give the path of a PFLlib checkout you fetched yourself (``git clone
+https://github.com/TsingZ0/PFLlib``; nothing of PFLlib is shipped with fedlight). The script
+
+1. exports the split a fedlight config generates (``fedlight export-partition``) into
+   ``<PFLlib>/dataset/<name>/`` in PFLlib's layout (``<name>`` holds ``Cifar10`` for 3 x 32 x
+   32 inputs and ``MNIST`` for 1 x 28 x 28, so PFLlib's ``-m CNN`` builds the same 4-layer CNN as
+   fedlight's ``cnn``);
+2. runs every method in both, each a fresh process timed from start to exit: fedlight trains on
+   that very folder (``data.source: pfllib``), PFLlib with ``system/main.py`` flags carrying the
+   same hyper-parameters (rounds, batch size, lr, local epochs, join ratio, evaluation gap and
+   each method's own weights, read from the fedlight configuration so both use the same
+   values where the two defaults differ, e.g. FedProx's mu or FedRep's head epochs);
+3. tabulates the best personalized accuracy over the evaluated rounds (fedlight's
+   ``best_personalized_accuracy``; PFLlib's printed "Best accuracy", the same pooled
+   accuracy over all clients' test samples) and the wall seconds side by side.
+
+PFLlib evaluates before each round's training, for rounds 0..R of ``-gr R``, and trains R + 1
+rounds (the last one unevaluated); fedlight evaluates after each of its R rounds. PFLlib has no
+seed option: its initialization differs from fedlight's, so single runs differ by seed noise.
+
+    python benchmarks/vs_pfllib.py ../PFLlib --config configs/fedavg/mnist5k_dirichlet.yaml \\
+        --rounds 40 --out benchmarks/results/vs_pfllib.md
+    python benchmarks/vs_pfllib.py ../PFLlib --methods GPFL FedPer --dry-run   # commands only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedlight.sweep import resolve_arguments  # noqa: E402
+
+Flags = Callable[[dict[str, Any]], list[str]]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method both libraries have: fedlight's class and arguments, PFLlib's name and flags
+    (built from the resolved fedlight model arguments)."""
+
+    fedlight: str
+    pfllib: str
+    init_args: tuple[tuple[str, Any], ...] = ()
+    flags: Flags = lambda args: []
+
+
+METHODS = {
+    "GPFL": Method("GPFL", "GPFL", (("lamda", 0.01), ("mu", 0.1)),
+                   lambda a: ["-lam", str(a["lamda"]), "-mu", str(a["mu"])]),
+    "FedPer": Method("FedPer", "FedPer"),
+    # the same local work as the others: one head epoch, then the body (PFLlib: -pls)
+    "FedRep": Method("FedRep", "FedRep", (("head_epochs", 1),),
+                     lambda a: ["-pls", str(a["head_epochs"])]),
+    "FedRoD": Method("FedRoD", "FedROD"),
+    # PFLlib's Ditto calls its regularizer weight mu and its personal epochs plocal_epochs
+    "Ditto": Method("Ditto", "Ditto", (),
+                    lambda a: ["-mu", str(a["lamda"]), "-pls", str(a["personal_epochs"])]),
+    "FedProto": Method("FedProto", "FedProto", (), lambda a: ["-lam", str(a["lamda"])]),
+    "FedAvg": Method("FedAvg", "FedAvg"),
+    "FedProx": Method("FedProx", "FedProx", (), lambda a: ["-mu", str(a["mu"])]),
+}
+#: PFLlib picks the CNN's flattened size from the dataset name (system/main.py, -m CNN)
+DATASET_NAMES = {(3, 32, 32): "Cifar10", (1, 28, 28): "MNIST"}
+
+
+def check_checkout(pfllib: Path) -> Path:
+    """``<pfllib>/system/main.py``, or a one-line error saying what is expected."""
+    main_py = pfllib / "system" / "main.py"
+    if not main_py.is_file():
+        raise SystemExit(f"error: {str(pfllib)!r} is not a PFLlib checkout (no system/main.py); "
+                         "git clone https://github.com/TsingZ0/PFLlib and pass its folder")
+    return main_py
+
+
+def dataset_name(input_shape: Sequence[int], config: Path) -> str:
+    """The exported folder's name: PFLlib's CNN size keyword plus the config's name."""
+    keyword = DATASET_NAMES.get(tuple(input_shape))
+    if keyword is None:
+        valid = ", ".join("x".join(map(str, s)) for s in DATASET_NAMES)
+        raise SystemExit(f"error: PFLlib's CNN takes inputs {valid}; this config's are "
+                         f"{'x'.join(map(str, input_shape))}")
+    return f"{keyword}_fedlight_{config.stem}"
+
+
+def fedlight_arguments(method: Method, config: Path, folder: Path, rounds: int,
+                       threads: int) -> list[str]:
+    """``fedlight fit`` options of one method on the exported folder."""
+    return ["-c", str(config), f"--model={method.fedlight}",
+            *(f"--model.init_args.{k}={v}" for k, v in method.init_args),
+            "--data.source=pfllib", f"--data.root={folder}", f"--trainer.rounds={rounds}",
+            f"--trainer.threads={threads}", "--trainer.progress_bar=false",
+            "--trainer.verbose=false"]
+
+
+def pfllib_command(method: Method, resolved: dict[str, Any], name: str, num_clients: int,
+                   num_classes: int, device: str) -> list[str]:
+    """PFLlib's ``main.py`` flags for the resolved fedlight configuration of one method."""
+    model, trainer = resolved["model"]["init_args"], resolved["trainer"]
+    return ["main.py", "-data", name, "-m", "CNN", "-algo", method.pfllib,
+            "-gr", str(trainer["rounds"]), "-lbs", str(trainer["batch_size"]),
+            "-lr", str(model["lr"]), "-ls", str(trainer["local_epochs"]),
+            "-jr", str(trainer["join_ratio"]), "-nc", str(num_clients),
+            "-ncl", str(num_classes), "-eg", str(trainer["eval_every"]), "-dev", device,
+            "-t", "1", *method.flags(model)]
+
+
+def best_accuracy(stdout: str) -> float:
+    """The value PFLlib prints on the line after "Best accuracy." (NaN when absent)."""
+    lines = [line.strip() for line in stdout.splitlines()]
+    for i, line in enumerate(lines[:-1]):
+        if line == "Best accuracy.":
+            try:
+                return float(lines[i + 1])
+            except ValueError:
+                break
+    return math.nan
+
+
+def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    """Wall seconds of one process from start to exit, and its stdout."""
+    started = time.perf_counter()
+    done = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise SystemExit(f"error: {shlex.join(command)} failed ({done.returncode}): {tail[0]}")
+    return wall, done.stdout
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| method | fedlight best (%) | PFLlib best (%) | difference (points) | "
+             "fedlight wall (s) | PFLlib wall (s) |", "|" + " --- |" * 6]
+    for row in rows:
+        ours, theirs = 100 * row["fedlight"], 100 * row["pfllib"]
+        lines.append(f"| {row['method']} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
+                     f"{row['fedlight_wall']:.0f} | {row['pfllib_wall']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("pfllib", type=Path, help="a PFLlib checkout (holds system/main.py)")
+    parser.add_argument("--config", type=Path,
+                        default=ROOT / "configs" / "fedavg" / "mnist5k_dirichlet.yaml",
+                        help="fedlight config whose data split and workload both run")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of both")
+    parser.add_argument("--device", default="cpu", help="PFLlib's -dev (fedlight: the config's "
+                        "trainer.accelerator)")
+    parser.add_argument("--pfllib-python", default=sys.executable,
+                        help="interpreter of PFLlib's environment")
+    parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    main_py = check_checkout(args.pfllib)
+    config = args.config.resolve()
+    first = resolve_arguments(["-c", str(config)], str(config))
+    from fedlight.data.datamodule import FederatedDataModule
+
+    data = FederatedDataModule(**first["data"])
+    data.setup()
+    name = dataset_name(data.input_shape, config)
+    folder = (args.pfllib / "dataset" / name).resolve()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "offline"}
+    export = [sys.executable, "-m", "fedlight.cli", "export-partition", str(config), str(folder)]
+    if args.dry_run:
+        print(shlex.join(export))
+    else:
+        timed(export, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+    info = {"num_clients": data.num_clients, "num_classes": data.num_classes}
+    if (folder / "config.json").is_file():
+        info.update(json.loads((folder / "config.json").read_text()))
+    rows = []
+    with tempfile.TemporaryDirectory() as runs:
+        for label in args.methods:
+            method = METHODS[label]
+            ours = fedlight_arguments(method, config, folder, args.rounds, args.threads)
+            ours.append(f"--trainer.default_root_dir={runs}")
+            ours.append(f"--trainer.run_name={label}")
+            resolved = resolve_arguments(ours, label)
+            theirs = [args.pfllib_python, *pfllib_command(
+                method, resolved, name, info["num_clients"], info["num_classes"], args.device)]
+            fit = [sys.executable, "-m", "fedlight.cli", "fit", *ours]
+            if args.dry_run:
+                print(shlex.join(fit), f"\n(cd {main_py.parent} && {shlex.join(theirs)})")
+                continue
+            fedlight_wall, _ = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+            summary = json.loads((Path(runs) / label / "summary.json").read_text())
+            pfllib_wall, stdout = timed(theirs, main_py.parent, env)
+            rows.append({"method": label, "fedlight": summary["best_personalized_accuracy"],
+                         "pfllib": best_accuracy(stdout), "fedlight_wall": fedlight_wall,
+                         "pfllib_wall": pfllib_wall})
+            print(table(rows).splitlines()[-1], flush=True)
+    if args.dry_run:
+        return
+    given = shlex.join(argv if argv is not None else sys.argv[1:])
+    text = "\n".join([
+        f"## fedlight vs PFLlib on one split ({name}, {args.rounds} rounds)", "",
+        f"`python benchmarks/vs_pfllib.py {given}`",
+        "", f"{args.threads} torch thread(s) each, PFLlib device {args.device}; wall = each "
+        "whole process from start to exit (import, data, training, evaluation).", "",
+        table(rows), ""])
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""fedlight sweep: grid expansion, the resolved-configuration cache, resuming a stopped sweep,
+selection on validation and one-line errors for bad sweep files (tiny synthetic runs)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import fedlight.sweep as sweep_module
+from fedlight.cli import main
+from fedlight.sweep import SweepError, load_sweep, plan, read_sweep
+
+BASE = {
+    "model": {"class_path": "GPFL", "init_args": {"backbone": "mlp", "lr": 0.1, "lamda": 0.01}},
+    "data": {"source": "synthetic", "num_clients": 3, "partition": "iid",
+             "synthetic_samples": 120, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
+             "min_client_size": 5},
+    "trainer": {"rounds": 1, "batch_size": 16, "accelerator": "cpu", "eval_every": 1},
+}
+
+
+def write(tmp_path, spec, base=BASE):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": "base.yaml", **spec}))
+    return path
+
+
+def options(**given):
+    defaults = dict(config=None, methods=None, settings=None, seeds=None, set=None, grid=None,
+                    name=None, select=None)
+    return argparse.Namespace(**{**defaults, **given})
+
+
+def test_grid_expands_methods_settings_points_and_seeds(tmp_path):
+    spec = {"methods": {"FedAvg": "FedAvg", "FedRep-1": {"class_path": "FedRep",
+                                                         "init_args": {"head_epochs": 1}}},
+            "settings": {"iid": {"data.partition": "iid"},
+                         "dir": {"data": {"partition": "dirichlet", "beta": 0.5}}},
+            "grid": {"model.init_args.lr": [0.1, 0.05]}, "seeds": 2,
+            "seed_keys": ["trainer.seed", "data.seed"]}
+    sweep = read_sweep(spec, tmp_path, "name")
+    assert len(sweep.cells) == 2 * 2 * 2 * 2
+    cell = next(c for c in sweep.cells if c.method == "FedRep-1" and c.setting == "dir"
+                and c.point == (("model.init_args.lr", 0.05),) and c.seed == 1)
+    assert cell.row == "dir lr=0.05"
+    args = list(cell.args)
+    # the setting, then the method's class and arguments, the grid point and the seed
+    order = ["--data.partition=dirichlet", "--data.beta=0.5", "--model=FedRep",
+             "--model.init_args.head_epochs=1", "--model.init_args.lr=0.05", "--trainer.seed=1",
+             "--data.seed=1"]
+    assert [a for a in args if a in order] == order
+
+
+def test_cells_resolve_like_fit_and_key_by_what_they_compute(tmp_path):
+    path = write(tmp_path, {"methods": ["FedAvg", "GPFL"], "seeds": [0, 1]})
+    planned = plan(load_sweep(path, options()), tmp_path / "out")
+    fedavg = planned[0].config
+    # --model FedAvg keeps the base's model arguments FedAvg accepts and drops GPFL's lamda
+    assert fedavg["model"]["class_path"].endswith("FedAvg")
+    assert fedavg["model"]["init_args"]["lr"] == 0.1 and "lamda" not in fedavg["model"]["init_args"]
+    assert fedavg["trainer"]["threads"] == 1 and fedavg["trainer"]["wandb_group"] == "sweep"
+    assert len({p.name for p in planned}) == 4
+    again = plan(load_sweep(path, options(set=["trainer.verbose=true"])), tmp_path / "out")
+    assert [p.name for p in again] == [p.name for p in planned]  # output options: same key
+    longer = plan(load_sweep(path, options(set=["trainer.rounds=2"])), tmp_path / "out")
+    assert not {p.name for p in longer} & {p.name for p in planned}
+
+
+def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 2,
+                            "columns": ["personalized_accuracy_mean"]})
+    out = tmp_path / "out"
+    main(["sweep", str(path), "--out", str(out)])
+    assert "2 runs, 0 cached, 2 to run" in capsys.readouterr().out
+    records = sorted((out / "runs").glob("*.json"))
+    stamps = [r.stat().st_mtime_ns for r in records]
+
+    def must_not_run(*args):
+        raise AssertionError("a finished cell ran again")
+
+    monkeypatch.setattr(sweep_module, "run_cell", must_not_run)
+    main(["sweep", str(path), "--out", str(out)])
+    assert "2 runs, 2 cached, 0 to run" in capsys.readouterr().out
+    assert [r.stat().st_mtime_ns for r in records] == stamps
+    report = (out / "report.md").read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| FedAvg"))
+    assert "| 1 | 2 |" in row  # rounds, seeds
+    assert "wall s / run" in report and (out / "curves.png").stat().st_size > 1000
+    assert "last personalized_accuracy_mean" in report
+    results = list(csv.DictReader((out / "results.csv").open()))
+    assert results[0]["seeds"] == "2" and float(results[0]["wall s / run mean"]) > 0
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 2
+
+
+def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
+    path = write(tmp_path, {"methods": ["FedAvg", "Local"]})
+    out = tmp_path / "out"
+    real_run = sweep_module.run_cell
+    calls = []
+
+    def stop_at_second(config_file, resume):
+        calls.append(config_file)
+        if len(calls) == 2:  # the sweep is killed while its second run starts
+            raise KeyboardInterrupt
+        return real_run(config_file, resume)
+
+    monkeypatch.setattr(sweep_module, "run_cell", stop_at_second)
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", str(path), "--out", str(out)])
+    assert stop.value.code == 130
+    first, second = sorted(p for p in (out / "runs").glob("*.yaml"))
+    assert first.with_suffix(".json").is_file() and not second.with_suffix(".json").exists()
+    partial = out / "runs" / second.stem
+    (partial / "checkpoints").mkdir(parents=True)  # what a run stopped in round 1 leaves
+    (partial / "metrics.csv").write_text("round\n")
+    calls.clear()
+    main(["sweep", str(path), "--out", str(out)])
+    assert calls == [str(second)]
+    assert json.loads(second.with_suffix(".json").read_text())["error"] is None
+    assert (partial / "summary.json").is_file()
+
+
+def test_select_chooses_the_grid_point_on_validation(tmp_path):
+    path = write(tmp_path, {"methods": ["FedAvg"], "overrides": {"data.val_fraction": 0.2},
+                            "grid": {"model.init_args.lr": [0.1, 1e-5]}, "select": "validation"})
+    main(["sweep", str(path), "--out", str(tmp_path / "out")])
+    selection = (tmp_path / "out" / "selection.md").read_text()
+    runs = list(csv.DictReader((tmp_path / "out" / "runs.csv").open()))
+    best = max(runs, key=lambda r: float(r["best val personalized"]))
+    assert f"lr={best['setting'].split('lr=')[1]}" in selection.splitlines()[-1]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"method": ["FedAvg"]}, "unknown sweep key 'method'; valid: name, base, overrides"),
+    ({"methods": {"A": {"class": "FedAvg"}}},
+     "methods: A: unknown key 'class'; valid: class_path, init_args, config, overrides"),
+    ({"methods": ["GPLF"]}, "GPLF / base / seed 0: unknown model 'GPLF'; valid: "),
+    ({"methods": []}, "methods is empty"),
+    ({"grid": {"model.init_args.lr": []}}, "grid: model.init_args.lr must be a non-empty list"),
+    ({"seeds": 0}, "seeds must be at least 1, got 0"),
+    ({"base": "missing.yaml"}, "base config '"),
+    ({"overrides": {"data.bta": 0.1}}, "did you mean 'data.beta'"),
+    ({"grid": {"model.init_args.lr": [0.1]}, "select": "validation"},
+     "select: validation needs data.val_fraction > 0"),
+    ({"select": "test"}, "select: unknown mode 'test'; valid: validation"),
+])
+def test_bad_sweep_files_fail_in_one_line_before_any_run(tmp_path, capsys, spec, message):
+    path = write(tmp_path, spec)
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", str(path), "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.splitlines()[0]
+    assert error.startswith("error: ") and message in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_that_is_not_a_sweep_is_refused(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("- FedAvg\n")
+    with pytest.raises(SweepError, match="must hold a mapping"):
+        load_sweep(path, options())
+
+
+SWEEPS = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
+    """Every benchmark sweep file expands, and its first and last run resolve as fit configs
+    (the real-image files with mnist5k in place of their image folder)."""
+    source = yaml.safe_load(path.read_text())["overrides"].get("data", {}).get("source")
+    given = ["data.source=mnist5k", "data.root=null"] if source == "imagefolder" else None
+    sweep = load_sweep(path, options(set=given))
+    assert sweep.name == path.stem and len(sweep.cells) >= 3
+    sweep.cells = [sweep.cells[0], sweep.cells[-1]]
+    assert len(plan(sweep, tmp_path)) == 2

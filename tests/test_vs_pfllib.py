@@ -1,0 +1,78 @@
+"""benchmarks/vs_pfllib.py without PFLlib: the flags it gives PFLlib carry fedlight's resolved
+hyper-parameters, PFLlib's printed best accuracy is read back, and bad checkouts / shapes are
+one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_pfllib.py"
+spec = importlib.util.spec_from_file_location("vs_pfllib", SCRIPT)
+vs_pfllib = importlib.util.module_from_spec(spec)
+sys.modules["vs_pfllib"] = vs_pfllib  # dataclasses look their module up while it executes
+spec.loader.exec_module(vs_pfllib)
+
+CONFIG = {"model": {"class_path": "FedAvg", "init_args": {"backbone": "cnn", "lr": 0.005}},
+          "data": {"source": "synthetic", "num_clients": 3, "partition": "iid",
+                   "synthetic_samples": 90, "synthetic_shape": [1, 28, 28]},
+          "trainer": {"rounds": 2, "batch_size": 10, "local_epochs": 1, "join_ratio": 1.0,
+                      "eval_every": 1, "accelerator": "cpu"}}
+
+
+def flags(command: list[str]) -> dict[str, str]:
+    return dict(zip(command[1::2], command[2::2], strict=False))
+
+
+@pytest.mark.parametrize("label, expected", [
+    ("GPFL", {"-algo": "GPFL", "-lam": "0.01", "-mu": "0.1"}),
+    ("FedRep", {"-algo": "FedRep", "-pls": "1"}),
+    ("Ditto", {"-algo": "Ditto", "-mu": "1.0", "-pls": "1"}),  # fedlight's lamda is PFLlib's mu
+    ("FedProx", {"-algo": "FedProx", "-mu": "1.0"}),  # fedlight's default, not PFLlib's 0
+    ("FedRoD", {"-algo": "FedROD"}),
+])
+def test_pfllib_flags_carry_the_resolved_fedlight_hyperparameters(tmp_path, label, expected):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    method = vs_pfllib.METHODS[label]
+    resolved = vs_pfllib.resolve_arguments(
+        vs_pfllib.fedlight_arguments(method, config, tmp_path / "MNIST_x", 7, 1), label)
+    command = vs_pfllib.pfllib_command(method, resolved, "MNIST_x", 3, 10, "cpu")
+    given = flags(command)
+    assert command[0] == "main.py" and given["-data"] == "MNIST_x" and given["-m"] == "CNN"
+    assert (given["-gr"], given["-lbs"], given["-lr"], given["-ls"], given["-jr"],
+            given["-nc"], given["-ncl"], given["-eg"]) == ("7", "10", "0.005", "1", "1.0", "3",
+                                                            "10", "1")
+    assert expected.items() <= given.items()
+    assert resolved["data"]["source"] == "pfllib"
+
+
+def test_best_accuracy_is_read_from_pfllib_output():
+    out = "Averaged Test Accuracy: 0.41\n\nBest accuracy.\n0.8125\n\nAverage time cost per round."
+    assert vs_pfllib.best_accuracy(out) == 0.8125
+    assert math.isnan(vs_pfllib.best_accuracy("no result"))
+
+
+def test_bad_checkout_and_unsupported_shape_are_one_line_errors(tmp_path):
+    with pytest.raises(SystemExit, match="is not a PFLlib checkout"):
+        vs_pfllib.check_checkout(tmp_path)
+    assert vs_pfllib.dataset_name((3, 32, 32), Path("c.yaml")) == "Cifar10_fedlight_c"
+    with pytest.raises(SystemExit, match="PFLlib's CNN takes inputs 3x32x32, 1x28x28"):
+        vs_pfllib.dataset_name((3, 64, 64), Path("c.yaml"))
+
+
+def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
+    (tmp_path / "PFLlib" / "system").mkdir(parents=True)
+    (tmp_path / "PFLlib" / "system" / "main.py").write_text("")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    vs_pfllib.main([str(tmp_path / "PFLlib"), "--config", str(config), "--rounds", "3",
+                    "--methods", "FedAvg", "FedProto", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "export-partition" in out and "MNIST_fedlight_config" in out
+    assert out.count("fedlight.cli fit") == 2 and "-algo FedProto -gr 3" in out
