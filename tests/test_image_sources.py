@@ -324,3 +324,38 @@ def test_local_test_source_needs_a_client_per_domain(tmp_path, options, match) -
     with pytest.raises(ValueError, match="office_caltech10 has none, use local_test: split"):
         FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
                             partition="domains", num_clients=4, local_test="source").setup()
+
+
+def test_download_fetches_the_official_archive_into_root(tmp_path, monkeypatch) -> None:
+    """Offline: the download helper is replaced by one that unpacks the tiny files."""
+    calls = []
+
+    def fake_download(url, download_root, **kwargs):
+        calls.append(url)
+        dataset_files.tinyimagenet(Path(download_root), classes=2, per_class=2)
+
+    monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", fake_download)
+    data = load_source("tinyimagenet", root=tmp_path / "fresh", download=True)
+    assert calls == ["http://cs231n.stanford.edu/tiny-imagenet-200.zip"]
+    assert data.num_classes == 2 and len(data.y_train) == 4
+
+
+def test_femnist_all_data_without_a_split(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    dataset_files.leaf_file(tmp_path / "all_data" / "all_data_0.json", ["a", "b"], [5, 7], rng)
+    data = load_source("femnist", root=tmp_path)
+    assert data.x_test is None and data.group_names == ["a", "b"]
+    assert np.bincount(data.groups_train).tolist() == [5, 7]
+
+
+def test_an_interrupted_cache_write_leaves_no_file(tmp_path, cache, monkeypatch) -> None:
+    root = dataset_files.imagefolder(tmp_path / "data")
+
+    def interrupted(stream, **arrays):
+        stream.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_source("imagefolder", root=root)
+    assert not [p for p in cached_files(cache) if p.is_file()]
