@@ -127,6 +127,8 @@ def test_cross_domain_sources_record_domains(tmp_path, source, domains, shape) -
     assert len(data.domain_names) == domains
     assert np.unique(data.domains_train).tolist() == list(range(domains))
     assert set(data.y_train.tolist()) == set(range(10))
+    if source == "digits5_real":  # MNIST from train.pkl, the others from two slices
+        assert np.bincount(data.domains_train).tolist() == [30, 60, 60, 60, 60]
     if source == "office_caltech10":
         assert data.x_test is None  # no official split
     else:
