@@ -168,6 +168,15 @@ def _break_layout(root: Path) -> str:
     return str(root / "train")
 
 
+def _break_flat(root: Path) -> str:
+    """Images straight in train/, without class folders."""
+    for folder in list((root / "train").iterdir()):
+        for image in folder.iterdir():
+            image.rename(root / "train" / image.name)
+        folder.rmdir()
+    return str(root / "train")
+
+
 def _break_leaf_counts(root: Path) -> str:
     path = next((root / "data" / "train").glob("*.json"))
     record = json.loads(path.read_text())
@@ -186,6 +195,7 @@ def _break_val_annotation(root: Path) -> str:
     ("imagefolder", dataset_files.imagefolder, _break_empty_class, "holds no image files"),
     ("imagefolder", dataset_files.imagefolder, _break_image, "cannot read image"),
     ("imagefolder", dataset_files.imagefolder, _break_layout, "does not exist"),
+    ("imagefolder", dataset_files.imagefolder, _break_flat, "has no class folders"),
     ("imagefolder", dataset_files.imagefolder, lambda root: str(root / "nowhere"), "not exist"),
     ("femnist", dataset_files.femnist, _break_leaf_counts, "num_samples"),
     ("tinyimagenet", dataset_files.tinyimagenet, _break_val_annotation, "line 1"),
