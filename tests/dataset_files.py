@@ -122,13 +122,16 @@ def domainnet10(root: Path, per_class: int = 3) -> Path:
 
 
 def digits5_real(root: Path, per_class: int = 3) -> Path:
-    """FedBN's pickled (images, labels) pairs: grey 28 / 16 px and colour 32 / 28 px."""
+    """FedBN's pickled (images, labels) pairs: grey 28 / 16 px and colour 32 / 28 px; MNIST as
+    one train.pkl, the others as two partitions/train_part<k>.pkl slices."""
     rng = np.random.default_rng(6)
     shapes = {"MNIST": (28, 28), "SVHN": (32, 32, 3), "USPS": (16, 16),
               "SynthDigits": (32, 32, 3), "MNIST_M": (28, 28, 3)}
     for domain in DIGITS_DOMAINS:
         labels = np.repeat(np.arange(10), per_class)
-        for name in ("partitions/train_part0.pkl", "partitions/train_part1.pkl", "test.pkl"):
+        trains = (["train.pkl"] if domain == "MNIST" else  # FedBN's whole split, or its slices
+                  ["partitions/train_part0.pkl", "partitions/train_part1.pkl"])
+        for name in (*trains, "test.pkl"):
             images = np.stack([pixels(rng, int(y), shapes[domain]) for y in labels])
             path = root / domain / name
             path.parent.mkdir(parents=True, exist_ok=True)

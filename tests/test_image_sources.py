@@ -127,6 +127,8 @@ def test_cross_domain_sources_record_domains(tmp_path, source, domains, shape) -
     assert len(data.domain_names) == domains
     assert np.unique(data.domains_train).tolist() == list(range(domains))
     assert set(data.y_train.tolist()) == set(range(10))
+    if source == "digits5_real":  # MNIST from train.pkl, the others from two slices
+        assert np.bincount(data.domains_train).tolist() == [30, 60, 60, 60, 60]
     if source == "office_caltech10":
         assert data.x_test is None  # no official split
     else:
@@ -166,6 +168,15 @@ def _break_layout(root: Path) -> str:
     return str(root / "train")
 
 
+def _break_flat(root: Path) -> str:
+    """Images straight in train/, without class folders."""
+    for folder in list((root / "train").iterdir()):
+        for image in folder.iterdir():
+            image.rename(root / "train" / image.name)
+        folder.rmdir()
+    return str(root / "train")
+
+
 def _break_leaf_counts(root: Path) -> str:
     path = next((root / "data" / "train").glob("*.json"))
     record = json.loads(path.read_text())
@@ -184,6 +195,7 @@ def _break_val_annotation(root: Path) -> str:
     ("imagefolder", dataset_files.imagefolder, _break_empty_class, "holds no image files"),
     ("imagefolder", dataset_files.imagefolder, _break_image, "cannot read image"),
     ("imagefolder", dataset_files.imagefolder, _break_layout, "does not exist"),
+    ("imagefolder", dataset_files.imagefolder, _break_flat, "has no class folders"),
     ("imagefolder", dataset_files.imagefolder, lambda root: str(root / "nowhere"), "not exist"),
     ("femnist", dataset_files.femnist, _break_leaf_counts, "num_samples"),
     ("tinyimagenet", dataset_files.tinyimagenet, _break_val_annotation, "line 1"),
@@ -269,8 +281,11 @@ def test_real_cifar10_matches_torchvision_cifar10(real_cifar10) -> None:
 
 
 def test_real_cifar10_source_loads_from_the_cache(real_cifar10, monkeypatch) -> None:
+    from fedlight.data import imagefolder
+
     monkeypatch.setenv("FEDLIGHT_CACHE", str(real_cifar10["cache"]))
     data = load_source("imagefolder", root=CIFAR10_PNG)
+    imagefolder._load.cache_clear()  # frees the 0.7 GB of tensors for the rest of the session
     assert data.input_shape == (3, 32, 32) and data.num_classes == 10
     assert len(data.y_train) == 50000 and len(data.y_test) == 10000
     assert torch.equal(data.y_train, torch.from_numpy(real_cifar10["y_train"]))
@@ -324,3 +339,38 @@ def test_local_test_source_needs_a_client_per_domain(tmp_path, options, match) -
     with pytest.raises(ValueError, match="office_caltech10 has none, use local_test: split"):
         FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
                             partition="domains", num_clients=4, local_test="source").setup()
+
+
+def test_download_fetches_the_official_archive_into_root(tmp_path, monkeypatch) -> None:
+    """Offline: the download helper is replaced by one that unpacks the tiny files."""
+    calls = []
+
+    def fake_download(url, download_root, **kwargs):
+        calls.append(url)
+        dataset_files.tinyimagenet(Path(download_root), classes=2, per_class=2)
+
+    monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", fake_download)
+    data = load_source("tinyimagenet", root=tmp_path / "fresh", download=True)
+    assert calls == ["http://cs231n.stanford.edu/tiny-imagenet-200.zip"]
+    assert data.num_classes == 2 and len(data.y_train) == 4
+
+
+def test_femnist_all_data_without_a_split(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    dataset_files.leaf_file(tmp_path / "all_data" / "all_data_0.json", ["a", "b"], [5, 7], rng)
+    data = load_source("femnist", root=tmp_path)
+    assert data.x_test is None and data.group_names == ["a", "b"]
+    assert np.bincount(data.groups_train).tolist() == [5, 7]
+
+
+def test_an_interrupted_cache_write_leaves_no_file(tmp_path, cache, monkeypatch) -> None:
+    root = dataset_files.imagefolder(tmp_path / "data")
+
+    def interrupted(stream, **arrays):
+        stream.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_source("imagefolder", root=root)
+    assert not [p for p in cached_files(cache) if p.is_file()]

@@ -1,18 +1,21 @@
 """``digits5_real``: the real Digits-Five (MNIST, SVHN, USPS, SynthDigits, MNIST-M), one
 domain per client, in the layout FedBN's data loaders read.
 
-``data.root`` is FedBN's ``data`` folder (the digit archive linked from FedBN's README,
-https://github.com/med-air/FedBN; its loader is ``DigitsDataset`` in ``utils/data_utils.py``)::
+``data.root`` is FedBN's ``data`` folder, as FedBN's ``utils/data_preprocess.py`` writes it
+(it downloads the five datasets and splits each 80 / 20, stratified; FedBN's own loader is
+``DigitsDataset`` in ``utils/data_utils.py``, https://github.com/med-air/FedBN)::
 
-    MNIST/partitions/train_part0.pkl ... train_part9.pkl    ten slices of the train split
-    MNIST/test.pkl                                          the test split
-    SVHN/...  USPS/...  SynthDigits/...  MNIST_M/...        the same files per domain
+    MNIST/train.pkl                                the train split
+    MNIST/partitions/train_part0.pkl ... part9     ten 743-image slices of it (used when
+                                                   train.pkl is absent)
+    MNIST/test.pkl                                 the test split
+    SVHN/...  USPS/...  SynthDigits/...  MNIST_M/...   the same files per domain
 
 Each ``.pkl`` is a pickled ``(images, labels)`` pair of numpy arrays: uint8 images of shape
 ``(N, H, W)`` (grey) or ``(N, H, W, 3)`` (colour) and labels 0..9. These are pickle files:
-read only ones you trust. All train slices of a domain form its train split, ``test.pkl`` its
-test split. As in FedPick, every image becomes 3 x 32 x 32 colour (grey replicated, resized
-bilinearly; ``image_size`` changes the side).
+read only ones you trust. ``train.pkl`` (else all train slices) is a domain's train split,
+``test.pkl`` its test split. As in FedPick, every image becomes 3 x 32 x 32 colour (grey
+replicated, resized bilinearly; ``image_size`` changes the side).
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 DOMAINS = ("MNIST", "SVHN", "USPS", "SynthDigits", "MNIST_M")
 DEFAULT_SIZE = 32
-LAYOUT = ("root/<domain>/partitions/train_part<k>.pkl and root/<domain>/test.pkl, pickled "
-          "(images uint8 (N, H, W[, 3]), labels 0..9) pairs, for the domains MNIST, SVHN, USPS, "
-          "SynthDigits, MNIST_M (FedBN's digit data, https://github.com/med-air/FedBN)")
+LAYOUT = ("root/<domain>/train.pkl (or partitions/train_part<k>.pkl) and "
+          "root/<domain>/test.pkl, pickled (images uint8 (N, H, W[, 3]), labels 0..9) pairs, "
+          "for the domains MNIST, SVHN, USPS, SynthDigits, MNIST_M (written by FedBN's "
+          "utils/data_preprocess.py, https://github.com/med-air/FedBN)")
 
 
 def _read_pair(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -67,11 +71,12 @@ def _resized(images: np.ndarray, size: int) -> np.ndarray:
 
 def _domain(root: Path, name: str, size: int) -> tuple[np.ndarray, ...]:
     folder = require_folder(root / name, "digits5_real", LAYOUT)
-    parts = sorted((folder / "partitions").glob("train_part*.pkl"),
-                   key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    parts = [folder / "train.pkl"] if (folder / "train.pkl").is_file() else sorted(
+        (folder / "partitions").glob("train_part*.pkl"),
+        key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
     if not parts:
-        raise FileNotFoundError(f"data source 'digits5_real': no train_part*.pkl in "
-                                f"{folder / 'partitions'}; expected {LAYOUT}")
+        raise FileNotFoundError(f"data source 'digits5_real': no train.pkl in {folder} and no "
+                                f"train_part*.pkl in {folder / 'partitions'}; expected {LAYOUT}")
     if not (folder / "test.pkl").is_file():
         raise FileNotFoundError(f"data source 'digits5_real': {folder / 'test.pkl'} does not "
                                 f"exist; expected {LAYOUT}")
