@@ -40,10 +40,12 @@ import io
 import itertools
 import json
 import multiprocessing
+import os
 import resource
 import shutil
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections import defaultdict
@@ -430,6 +432,18 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _exit_with_parent(parent: int) -> None:
+    """In a worker: stop at once when the sweep's process is gone (killed), as a killed run
+    stops, so that a resumed sweep never runs a cell beside an orphaned worker."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _prepare(item: Planned) -> bool | None:
     """None when the cell is finished (a record exists); else whether to resume it from its
     checkpoint. A folder left without a checkpoint (stopped in its first rounds) is removed."""
@@ -468,7 +482,8 @@ def execute(planned: Sequence[Planned], jobs: int) -> int:
         return len(todo)
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_exit_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         futures: dict[Future, Planned] = {
             pool.submit(run_cell, str(item.config_file), resume): item for item, resume in todo}
         try:
