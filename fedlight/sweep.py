@@ -16,6 +16,7 @@ A sweep file (YAML; paths in it are relative to the file)::
     grid: {model.init_args.lr: [0.005, 0.01]}   # every combination of these values
     select: validation               # optional: per method and setting, the grid point with
                                      #   the best validation accuracy (data.val_fraction > 0)
+    columns: [hpm_accuracy_mean]     # optional: more metrics.csv columns (last value) to tabulate
 
 Every run is a method x setting x grid point x seed. Its configuration is resolved by the
 ``fit`` parser (a method keeps the base's model arguments its class accepts, as
@@ -601,9 +602,9 @@ def write_results(sweep: Sweep, planned: Sequence[Planned], out: Path, command: 
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="fedlight sweep", description=__doc__.split("\n")[0],
-                                     epilog="The sweep file format is in fedlight/sweep.py's "
-                                            "docstring and the README.")
+    parser = argparse.ArgumentParser(prog="fedlight sweep",
+                                     description=(__doc__ or "").replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", nargs="?", help="a sweep file (YAML)")
     parser.add_argument("--config", "-c", help="base fit config (replaces the file's base)")
     parser.add_argument("--methods", nargs="+", help="method labels of the file or class names")
