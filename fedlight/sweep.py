@@ -104,7 +104,6 @@ class Sweep:
     name: str
     cells: list[Cell]
     select: str | None = None
-    source: str = ""
     columns: tuple[str, ...] = ()
 
 
@@ -272,19 +271,16 @@ def load_sweep(path: str | Path | None, options: argparse.Namespace) -> Sweep:
         key, value = _key_value(entry, "--set")
         spec["overrides"] = {**_mapping(spec.get("overrides"), "overrides"), key: value}
     for entry in options.grid or []:
-        key, value = _key_value(entry, "--grid")
-        spec["grid"] = {**_mapping(spec.get("grid"), "grid"),
-                        key: [yaml.safe_load(v) for v in str(value).split(",")] if isinstance(
-                            value, str) else (value if isinstance(value, list) else [value])}
+        key, _ = _key_value(entry, "--grid")
+        values = [yaml.safe_load(v) for v in entry.partition("=")[2].split(",")]
+        spec["grid"] = {**_mapping(spec.get("grid"), "grid"), key: values}
     if options.name:
         spec["name"] = options.name
     if options.select:
         spec["select"] = options.select
     if not spec.get("base") and path is None:
         raise SweepError("give a sweep file or a base config (--config)")
-    sweep = read_sweep(spec, folder, name)
-    sweep.source = str(path) if path is not None else ""
-    return sweep
+    return read_sweep(spec, folder, name)
 
 
 def _key_value(entry: str, option: str) -> tuple[str, Any]:
