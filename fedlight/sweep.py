@@ -36,8 +36,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import hashlib
-import io
 import itertools
 import json
 import multiprocessing
@@ -298,24 +298,40 @@ def resolve(cell: Cell) -> dict[str, Any]:
 
 
 def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:
-    """The configuration ``fedlight fit ARGUMENTS`` would run, resolved by its parser; a
-    refused command line is a SweepError ``<label>: <the parser's one-line message>``."""
-    from fedlight.cli import FedlightCLI
+    """The configuration ``fedlight fit ARGUMENTS`` would run (what its ``--print_config``
+    prints), resolved by its parser; a refused command line is a SweepError ``<label>: <the
+    parser's one-line message>``."""
     from fedlight.errors import USER_ERRORS, user_message
 
-    printed, errors = io.StringIO(), io.StringIO()
+    parser, fit_parser = _fit_parsers()
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors), \
-                _quiet_cli():
-            FedlightCLI(args=["fit", *arguments, "--print_config"])
-    except SystemExit as stop:
-        if stop.code not in (0, None):
-            lines = [line for line in errors.getvalue().splitlines() if line.strip()]
-            raise SweepError(f"{label}: {lines[-1] if lines else f'exit {stop.code}'}"
-                             ) from None
+        with _quiet_cli():
+            config = parser.parse_args(["fit", *arguments])
+            text = fit_parser.dump(config["fit"], skip_none=False)
     except USER_ERRORS as error:
         raise SweepError(f"{label}: {user_message(error)}") from None
-    return yaml.safe_load(printed.getvalue())
+    return yaml.safe_load(text)
+
+
+class _ParsersBuilt(Exception):
+    """Raised by _FitParsers once LightningCLI has built its parsers, before it parses."""
+
+
+@functools.cache
+def _fit_parsers() -> tuple[Any, Any]:
+    """fedlight's command-line parser and its fit subparser, built once per process
+    (building them costs about as much as a parse, and a sweep parses every cell)."""
+    from fedlight.cli import FedlightCLI
+
+    class _FitParsers(FedlightCLI):
+        def parse_arguments(self, parser: Any, args: Any) -> None:
+            raise _ParsersBuilt(self)
+
+    try:
+        _FitParsers(args=["fit"])
+    except _ParsersBuilt as built:
+        cli = built.args[0]
+    return cli.parser, cli._parser("fit")
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:
@@ -417,9 +433,11 @@ def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _quiet_cli() -> Iterator[None]:
-    """LightningCLI warns when given args while sys.argv holds the sweep's own options."""
+    """LightningCLI warns when given args while sys.argv holds the sweep's own options, and
+    jsonargparse that dump's skip_none has a new name (as fedlight's fit)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        warnings.filterwarnings("ignore", message="(?s).*skip_none")
         yield
 
 
