@@ -16,6 +16,7 @@ A sweep file (YAML; paths in it are relative to the file)::
     grid: {model.init_args.lr: [0.005, 0.01]}   # every combination of these values
     select: validation               # optional: per method and setting, the grid point with
                                      #   the best validation accuracy (data.val_fraction > 0)
+    columns: [hpm_accuracy_mean]     # optional: more metrics.csv columns (last value) to tabulate
 
 Every run is a method x setting x grid point x seed. Its configuration is resolved by the
 ``fit`` parser (a method keeps the base's model arguments its class accepts, as
@@ -35,15 +36,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import hashlib
-import io
 import itertools
 import json
 import multiprocessing
+import os
 import resource
 import shutil
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections import defaultdict
@@ -101,7 +104,6 @@ class Sweep:
     name: str
     cells: list[Cell]
     select: str | None = None
-    source: str = ""
     columns: tuple[str, ...] = ()
 
 
@@ -269,19 +271,16 @@ def load_sweep(path: str | Path | None, options: argparse.Namespace) -> Sweep:
         key, value = _key_value(entry, "--set")
         spec["overrides"] = {**_mapping(spec.get("overrides"), "overrides"), key: value}
     for entry in options.grid or []:
-        key, value = _key_value(entry, "--grid")
-        spec["grid"] = {**_mapping(spec.get("grid"), "grid"),
-                        key: [yaml.safe_load(v) for v in str(value).split(",")] if isinstance(
-                            value, str) else (value if isinstance(value, list) else [value])}
+        key, _ = _key_value(entry, "--grid")
+        values = [yaml.safe_load(v) for v in entry.partition("=")[2].split(",")]
+        spec["grid"] = {**_mapping(spec.get("grid"), "grid"), key: values}
     if options.name:
         spec["name"] = options.name
     if options.select:
         spec["select"] = options.select
     if not spec.get("base") and path is None:
         raise SweepError("give a sweep file or a base config (--config)")
-    sweep = read_sweep(spec, folder, name)
-    sweep.source = str(path) if path is not None else ""
-    return sweep
+    return read_sweep(spec, folder, name)
 
 
 def _key_value(entry: str, option: str) -> tuple[str, Any]:
@@ -299,24 +298,40 @@ def resolve(cell: Cell) -> dict[str, Any]:
 
 
 def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:
-    """The configuration ``fedlight fit ARGUMENTS`` would run, resolved by its parser; a
-    refused command line is a SweepError ``<label>: <the parser's one-line message>``."""
-    from fedlight.cli import FedlightCLI
+    """The configuration ``fedlight fit ARGUMENTS`` would run (what its ``--print_config``
+    prints), resolved by its parser; a refused command line is a SweepError ``<label>: <the
+    parser's one-line message>``."""
     from fedlight.errors import USER_ERRORS, user_message
 
-    printed, errors = io.StringIO(), io.StringIO()
+    parser, fit_parser = _fit_parsers()
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors), \
-                _quiet_cli():
-            FedlightCLI(args=["fit", *arguments, "--print_config"])
-    except SystemExit as stop:
-        if stop.code not in (0, None):
-            lines = [line for line in errors.getvalue().splitlines() if line.strip()]
-            raise SweepError(f"{label}: {lines[-1] if lines else f'exit {stop.code}'}"
-                             ) from None
+        with _quiet_cli():
+            config = parser.parse_args(["fit", *arguments])
+            text = fit_parser.dump(config["fit"], skip_none=False)
     except USER_ERRORS as error:
         raise SweepError(f"{label}: {user_message(error)}") from None
-    return yaml.safe_load(printed.getvalue())
+    return yaml.safe_load(text)
+
+
+class _ParsersBuilt(Exception):
+    """Raised by _FitParsers once LightningCLI has built its parsers, before it parses."""
+
+
+@functools.cache
+def _fit_parsers() -> tuple[Any, Any]:
+    """fedlight's command-line parser and its fit subparser, built once per process
+    (building them costs about as much as a parse, and a sweep parses every cell)."""
+    from fedlight.cli import FedlightCLI
+
+    class _FitParsers(FedlightCLI):
+        def parse_arguments(self, parser: Any, args: Any) -> None:
+            raise _ParsersBuilt(self)
+
+    try:
+        _FitParsers(args=["fit"])
+    except _ParsersBuilt as built:
+        cli = built.args[0]
+    return cli.parser, cli._parser("fit")
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:
@@ -418,9 +433,11 @@ def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _quiet_cli() -> Iterator[None]:
-    """LightningCLI warns when given args while sys.argv holds the sweep's own options."""
+    """LightningCLI warns when given args while sys.argv holds the sweep's own options, and
+    jsonargparse that dump's skip_none has a new name (as fedlight's fit)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        warnings.filterwarnings("ignore", message="(?s).*skip_none")
         yield
 
 
@@ -428,6 +445,18 @@ def _cpu_seconds() -> float:
     own, children = (resource.getrusage(resource.RUSAGE_SELF),
                      resource.getrusage(resource.RUSAGE_CHILDREN))
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In a worker: stop at once when the sweep's process is gone (killed), as a killed run
+    stops, so that a resumed sweep never runs a cell beside an orphaned worker."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _prepare(item: Planned) -> bool | None:
@@ -468,7 +497,8 @@ def execute(planned: Sequence[Planned], jobs: int) -> int:
         return len(todo)
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_exit_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         futures: dict[Future, Planned] = {
             pool.submit(run_cell, str(item.config_file), resume): item for item, resume in todo}
         try:
@@ -586,9 +616,9 @@ def write_results(sweep: Sweep, planned: Sequence[Planned], out: Path, command: 
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="fedlight sweep", description=__doc__.split("\n")[0],
-                                     epilog="The sweep file format is in fedlight/sweep.py's "
-                                            "docstring and the README.")
+    parser = argparse.ArgumentParser(prog="fedlight sweep",
+                                     description=(__doc__ or "").replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", nargs="?", help="a sweep file (YAML)")
     parser.add_argument("--config", "-c", help="base fit config (replaces the file's base)")
     parser.add_argument("--methods", nargs="+", help="method labels of the file or class names")

@@ -180,3 +180,17 @@ def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
     assert sweep.name == path.stem and len(sweep.cells) >= 3
     sweep.cells = [sweep.cells[0], sweep.cells[-1]]
     assert len(plan(sweep, tmp_path)) == 2
+
+
+def test_command_line_lists_replace_and_extend_the_file(tmp_path):
+    path = write(tmp_path, {"methods": {"A": "FedAvg", "B": "Local"},
+                            "settings": {"iid": {}, "dir": {"data.partition": "dirichlet"}}})
+    sweep = load_sweep(path, options(methods=["B", "FedPer"], settings=["dir"], seeds=[3],
+                                     set=["trainer.rounds=2"],
+                                     grid=["model.init_args.lr=0.1,0.01"]))
+    assert [(c.method, c.setting, c.point, c.seed) for c in sweep.cells] == [
+        (m, "dir", (("model.init_args.lr", lr),), 3) for m in ("B", "FedPer")
+        for lr in (0.1, 0.01)]
+    assert "--model=Local" in sweep.cells[0].args and "--trainer.rounds=2" in sweep.cells[0].args
+    with pytest.raises(SweepError, match="--settings: unknown setting 'nope'; valid: dir, iid"):
+        load_sweep(path, options(settings=["nope"]))

@@ -3,6 +3,8 @@ for any method."""
 
 from __future__ import annotations
 
+import pytest
+
 from fedlight.clients import MAP, FedAvg
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
@@ -29,3 +31,11 @@ def test_evaluate_after_local_training_applies_maps_protocol_to_any_method(tmp_p
     map_client = make_client(MAP)
     kept.fit(map_client, tiny_data())
     assert map_client.evaluate_after_local_training  # None keeps the method's own choice
+
+
+def test_a_run_cannot_resume_under_another_evaluation_protocol(tmp_path):
+    tiny_trainer(tmp_path, rounds=1, run_name="r", evaluate_after_local_training=True).fit(
+        make_client(FedAvg), tiny_data())
+    resumed = tiny_trainer(tmp_path, rounds=2, run_name="r")
+    with pytest.raises(ValueError, match="evaluate_after_local_training: True -> '<unset>'"):
+        resumed.fit(make_client(FedAvg), tiny_data(), ckpt_path="last")

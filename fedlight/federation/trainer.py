@@ -309,9 +309,13 @@ class FederatedTrainer(RunCheckpoints):
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
                   "weighting", "drop_rate", "reinitialize")
+        # the evaluation protocol only where set, so runs that leave it to the method resume
+        # from checkpoints written before the option existed
+        protocol = ({} if self.evaluate_after_local_training is None else
+                    {"evaluate_after_local_training": self.evaluate_after_local_training})
         return describe_run(self.client, self.datamodule, self.server,
                             {**{k: getattr(self, k) for k in fields}, **self.local_options,
-                             "precision": self.precision})
+                             "precision": self.precision, **protocol})
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
