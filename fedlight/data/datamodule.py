@@ -6,6 +6,7 @@ local steps of batch 10 are otherwise dominated by loader overhead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -234,6 +235,23 @@ class FederatedDataModule(L.LightningDataModule):
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.data.input_shape)
 
+    @property
+    def vocab_size(self) -> int | None:
+        """Number of token ids of a token-sequence source (its vocabulary, padding id 0
+        included), None for other inputs; the CLI hands it to the backbone as vocab_size."""
+        vocab = self.data.vocab
+        return None if vocab is None else len(vocab)
+
+    def vocabulary_record(self) -> dict[str, Any] | None:
+        """Size and SHA-256 of the source's vocabulary (of its tokens joined by newlines),
+        recorded with a run's hyper-parameters so that a resumed run refuses other data;
+        None for sources without one."""
+        vocab = self.data.vocab
+        if vocab is None:
+            return None
+        digest = hashlib.sha256("\n".join(vocab).encode("utf-8")).hexdigest()
+        return {"size": len(vocab), "sha256": digest}
+
     # ----------------------------------------------------------------- partition
     def setup(self, stage: str | None = None) -> None:
         """Load the source and partition it (once; later calls are no-ops)."""
@@ -376,9 +394,12 @@ class FederatedDataModule(L.LightningDataModule):
         }
 
     def save_partition(self, folder: str | Path) -> None:
-        """Write ``partition.json``, ``partition_stats.json`` and ``partition.png``."""
+        """Write ``partition.json``, ``partition_stats.json`` and ``partition.png``, and
+        ``vocab.json`` (the token of each id) for a token-sequence source."""
         folder = Path(folder)
         (folder / "partition.json").write_text(json.dumps(self.partition_record()))
+        if self.data.vocab is not None:
+            (folder / "vocab.json").write_text(json.dumps(self.data.vocab, ensure_ascii=False))
         stats = self.stats()
         (folder / "partition_stats.json").write_text(json.dumps(stats, indent=1))
         save_heatmap(stats, folder / "partition.png")

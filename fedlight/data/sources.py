@@ -22,6 +22,7 @@ callers must not modify a returned ``SourceData``'s tensors in place (use
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ class SourceData:
     `dataclasses.replace`, never mutate the tensors in place.
     """
 
-    x_train: torch.Tensor  # float32, (N, C, H, W) images or (N, D) vectors, standardized
+    x_train: torch.Tensor  # float32 (N, C, H, W) images, (N, C, T) signals or (N, D) vectors;
+    # int64 (N, L) token ids for text and character sequences (never standardized)
     y_train: torch.Tensor  # int64, (N,)
     x_test: torch.Tensor | None  # the dataset's own test split, None where it has none
     y_test: torch.Tensor | None
@@ -56,6 +58,11 @@ class SourceData:
     # A source that comes already split into clients (``pfllib``): per-client (train, test)
     # index arrays into x_train; the data module then uses it instead of a partitioner.
     client_splits: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+    groups_train: np.ndarray | None = None
+    groups_test: np.ndarray | None = None
+    group_names: list[str] | None = None
+    # Token-sequence sources: x holds int64 token ids (0 = padding), vocab maps id -> token.
+    vocab: list[str] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -291,6 +298,21 @@ def _load_pfllib(request: SourceRequest) -> SourceData:
 
 
 _LOADERS["pfllib"] = _load_pfllib
+
+
+def _module_loader(name: str) -> Callable[[SourceRequest], SourceData]:
+    """The ``load`` function of ``fedlight.data.<name>``, imported on first use (those modules
+    import this one)."""
+
+    def load(request: SourceRequest) -> SourceData:
+        return importlib.import_module(f"fedlight.data.{name}").load(request)
+
+    return load
+
+
+# Sources read in their publishers' formats, one module each.
+_LOADERS.update({name: _module_loader(name)
+                 for name in ("agnews", "shakespeare", "har", "amazon_review")})
 
 SOURCES: tuple[str, ...] = tuple(_LOADERS)
 
