@@ -9,7 +9,7 @@ from fedlight.data.partition import PARTITIONS, partition_labels, split_client
 NUM_CLASSES = 10
 # 1000 samples, 100 per class, in a shuffled order
 LABELS = np.random.default_rng(123).permutation(np.repeat(np.arange(NUM_CLASSES), 100))
-LABEL_SCHEMES = [p for p in PARTITIONS if p != "domains"]
+LABEL_SCHEMES = [p for p in PARTITIONS if p not in ("domains", "natural")]
 
 
 def classes_of(part: np.ndarray, labels: np.ndarray = LABELS) -> set[int]:
@@ -27,7 +27,8 @@ def assert_valid(parts: list[np.ndarray], num_clients: int, n: int) -> None:
 
 
 def test_registry_lists_every_scheme() -> None:
-    assert PARTITIONS == ("iid", "dirichlet", "pathological", "shards", "incomplete", "domains")
+    assert PARTITIONS == ("iid", "dirichlet", "pathological", "shards", "incomplete", "domains",
+                          "natural")
 
 
 @pytest.mark.parametrize("name", LABEL_SCHEMES)
@@ -131,6 +132,32 @@ def test_domains_one_domain_per_client(num_clients: int) -> None:
         assert set(DOMAINS[p].tolist()) == {i // per_domain}
 
 
+GROUPS = np.random.default_rng(7).integers(0, 50, len(LABELS))  # 50 writers, uneven sizes
+
+
+def test_natural_gives_each_client_one_whole_group() -> None:
+    parts = partition_labels("natural", LABELS, 50, seed=0, groups=GROUPS)
+    assert_valid(parts, 50, len(LABELS))
+    assert sum(len(p) for p in parts) == len(LABELS)
+    for i, p in enumerate(parts):
+        assert set(GROUPS[p].tolist()) == {i}
+        assert len(p) == np.sum(GROUPS == i)
+
+
+def test_natural_samples_groups_with_the_seed() -> None:
+    def chosen(seed: int) -> list[int]:
+        parts = partition_labels("natural", LABELS, 12, seed=seed, groups=GROUPS)
+        assert_valid(parts, 12, len(LABELS))
+        owners = [np.unique(GROUPS[p]) for p in parts]
+        assert all(len(o) == 1 for o in owners)  # whole groups, one per client
+        assert all(len(p) == np.sum(GROUPS == o[0]) for p, o in zip(parts, owners, strict=True))
+        return [int(o[0]) for o in owners]
+
+    assert chosen(0) == chosen(0)
+    assert chosen(0) != chosen(1)
+    assert len(set(chosen(0))) == 12
+
+
 @pytest.mark.parametrize(
     ("name", "num_clients", "options", "match"),
     [
@@ -152,6 +179,9 @@ def test_domains_one_domain_per_client(num_clients: int) -> None:
         ("domains", 10, {}, r"no domains; valid partitions for it: iid, dirichlet"),
         ("domains", 4, {"domains": DOMAINS}, r"num_clients=4.*multiple of 3"),
         ("domains", 3, {"domains": DOMAINS[:10]}, r"one domain id per sample"),
+        ("natural", 10, {}, r"no groups; valid partitions for it: iid, .*incomplete$"),
+        ("natural", 51, {"groups": GROUPS}, r"num_clients=51 exceeds the 50 groups.*at most 50"),
+        ("natural", 3, {"groups": GROUPS[:10]}, r"one group id per sample"),
     ],
 )
 def test_impossible_settings_name_the_bad_value(

@@ -38,15 +38,12 @@ import functools
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedlight.data.files import DataFormatError, download_files, missing_files, require_root
-
-if TYPE_CHECKING:
-    from fedlight.data.sources import SourceData, SourceRequest
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 NAME = "agnews"
 FILES = ("train.csv", "test.csv")
@@ -121,8 +118,6 @@ def _label(path: Path, line: int, row: list[str]) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _load(root: str | None, download: bool) -> SourceData:
-    from fedlight.data.sources import SourceData
-
     folder = require_root(NAME, root, "AG News's train.csv and test.csv")
     if download:
         download_files(NAME, URLS, folder)
@@ -139,6 +134,7 @@ def _load(root: str | None, download: bool) -> SourceData:
     )
 
 
+@register_source(NAME)
 def load(request: SourceRequest) -> SourceData:
     """The ``agnews`` source (see the module doc)."""
     return _load(request.root, request.download)

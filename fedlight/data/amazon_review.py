@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedlight.data.files import DataFormatError, missing_files, require_root
-
-if TYPE_CHECKING:
-    from fedlight.data.sources import SourceData, SourceRequest
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 NAME = "amazon_review"
 FILE = "amazon.npz"
@@ -97,8 +94,6 @@ def read_amazon(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def _load(root: str | None, download: bool) -> SourceData:
-    from fedlight.data.sources import SourceData
-
     folder = require_root(NAME, root, FILE)
     if download and not (folder / FILE).is_file():
         from torchvision.datasets.utils import download_file_from_google_drive
@@ -120,6 +115,7 @@ def _load(root: str | None, download: bool) -> SourceData:
                       domain_names=list(DOMAINS))
 
 
+@register_source(NAME)
 def load(request: SourceRequest) -> SourceData:
     """The ``amazon_review`` source (see the module doc)."""
     return _load(request.root, request.download)

@@ -74,9 +74,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -84,12 +82,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
-
-if TYPE_CHECKING:  # sources.py imports this module: import it lazily at run time
-    from fedlight.data.sources import SourceData, SourceRequest
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 __all__ = [
-    "CROSSDOMAIN_LOADERS", "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
+    "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
     "to_source",
 ]
 
@@ -246,6 +242,11 @@ def to_source(images: DomainImages) -> SourceData:
     )
 
 
+@register_source("digits5")
+def _digits5(request: SourceRequest) -> SourceData:
+    return _load_digits5()
+
+
 @functools.lru_cache(maxsize=1)
 def _load_digits5() -> SourceData:
     return to_source(make_digits5())
@@ -302,6 +303,7 @@ def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
     return to_source(images)
 
 
+@register_source("digits5_torchvision")
 def _digits5_torchvision(request: SourceRequest) -> SourceData:
     if request.root is None:
         raise ValueError("data source 'digits5_torchvision' is read from a folder but no root "
@@ -309,8 +311,3 @@ def _digits5_torchvision(request: SourceRequest) -> SourceData:
     return _load_digits5_torchvision(os.fspath(request.root), bool(request.download))
 
 
-CROSSDOMAIN_LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
-    "digits5": lambda request: _load_digits5(),
-    "digits5_torchvision": _digits5_torchvision,
-}
-"""Loaders registered in ``fedlight.data.sources._LOADERS`` (same signature as theirs)."""

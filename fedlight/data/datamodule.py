@@ -84,6 +84,14 @@ def iterate_batches(
         yield x.index_select(0, index), y.index_select(0, index)
 
 
+def _pooled(train: np.ndarray | None, test: np.ndarray | None, merge: bool) -> np.ndarray | None:
+    """Per-sample ids (domains, groups) of the pool: the train split's, followed by the test
+    split's when the splits are merged."""
+    if merge and train is not None and test is not None:
+        return np.concatenate([train, test])
+    return train
+
+
 class ClientDataModule(L.LightningDataModule):
     """A plain Lightning view of one client's data, for training a client module alone."""
 
@@ -115,9 +123,13 @@ class FederatedDataModule(L.LightningDataModule):
             for Digits-Five), digits5_torchvision (its torchvision members, from root) or
             pfllib (a folder written by PFLlib's generators, at root, with its own split).
         num_clients: number of clients.
-        partition: iid, dirichlet, pathological, shards, incomplete, domains (see
+        partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries
-            its own split (pfllib) ignores it.
+            its own split (pfllib) ignores it. natural gives one client per writer / user
+            of a source that records them (femnist); num_clients below their number samples
+            that many at random (seeded by seed). With merge_test each writer's own test
+            samples join its pool before the train_fraction cut; without it the writers'
+            train samples are cut and the source's test split is the global test set.
         partition_file: JSON file of per-client index lists for ``partition: file``:
             ``{"clients": [{"train": [...], "test": [...]}, ...]}`` (a run's
             ``partition.json`` is one); ``num_clients`` is then the file's.
@@ -285,12 +297,11 @@ class FederatedDataModule(L.LightningDataModule):
             assert self.partition_file is not None
             return [ClientSplit(train, test) for train, test in
                     read_partition_file(self.partition_file, len(self.pool_y))]
-        domains = data.domains_train
-        if merge and domains is not None and data.domains_test is not None:
-            domains = np.concatenate([data.domains_train, data.domains_test])
         client_indices = partition_labels(
             self.partition, self.pool_y.numpy(), self.num_clients, self.seed,
-            domains=domains, **self.partition_options,
+            domains=_pooled(data.domains_train, data.domains_test, merge),
+            groups=_pooled(data.groups_train, data.groups_test, merge),
+            **self.partition_options,
         )
         rng = np.random.default_rng(self.seed)
         splits = [ClientSplit(*split_client(idx, self.train_fraction, rng))

@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedlight.data.files import DataFormatError, missing_files, require_root
-
-if TYPE_CHECKING:
-    from fedlight.data.sources import SourceData, SourceRequest
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 NAME = "har"
 FOLDER = "UCI HAR Dataset"
@@ -118,8 +115,6 @@ def _dataset_folder(root: Path) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _load(root: str | None, download: bool) -> SourceData:
-    from fedlight.data.sources import SourceData
-
     base = require_root(NAME, root, f"the {FOLDER!r} folder")
     if download and not (base / FOLDER / "train").is_dir() and not (base / "train").is_dir():
         from torchvision.datasets.utils import download_and_extract_archive
@@ -143,6 +138,7 @@ def _load(root: str | None, download: bool) -> SourceData:
     )
 
 
+@register_source(NAME)
 def load(request: SourceRequest) -> SourceData:
     """The ``har`` source (see the module doc)."""
     return _load(request.root, request.download)

@@ -19,6 +19,11 @@ Schemes (``PARTITIONS``):
   size factors (MAP).
 - ``domains``: one domain per client; with more clients than domains, each domain is split
   IID among `num_clients / num_domains` clients (FedPick's natural partition).
+- ``natural``: one client per group of a source that records who made each sample (the writer
+  of a LEAF FEMNIST character; later a play role or a subject): every sample of a group goes
+  to its client. With fewer clients than groups, `num_clients` groups are drawn at random
+  (the papers' sampling of writers); the local train/test cut is the data module's
+  `train_fraction` (0.8 for the papers' 80/20).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class _Options:
     min_client_size: int
     size_sigma: float
     domains: np.ndarray | None
+    groups: np.ndarray | None
 
 
 Partitioner = Callable[[np.ndarray, int, np.random.Generator, _Options], list[np.ndarray]]
@@ -244,17 +250,12 @@ def _check_min_size(parts: list[np.ndarray], minimum: int) -> None:
 
 def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) -> list[np.ndarray]:
     if o.domains is None:
-        others = ", ".join(p for p in PARTITIONS if p != "domains")
+        others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
         raise ValueError(
             "the domains partition needs a domain id per sample, but this source has no "
             f"domains; valid partitions for it: {others}"
         )
-    domains = np.asarray(o.domains)
-    if domains.shape != labels.shape:
-        raise ValueError(
-            f"domains has shape {domains.shape} but labels have shape {labels.shape}; "
-            "give one domain id per sample"
-        )
+    domains = _per_sample_ids("domains", o.domains, labels)
     ids = np.unique(domains)
     if k % len(ids):
         raise ValueError(
@@ -274,6 +275,37 @@ def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) 
     return parts
 
 
+def _per_sample_ids(kind: str, ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.shape != labels.shape:
+        raise ValueError(
+            f"{kind} has shape {ids.shape} but labels have shape {labels.shape}; "
+            f"give one {kind[:-1]} id per sample"
+        )
+    return ids
+
+
+def _natural(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) -> list[np.ndarray]:
+    if o.groups is None:
+        others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
+        raise ValueError(
+            "the natural partition needs a group (writer, user) id per sample, but this source "
+            f"has no groups; valid partitions for it: {others}"
+        )
+    groups = _per_sample_ids("groups", o.groups, labels)
+    ids = np.unique(groups)
+    if k > len(ids):
+        raise ValueError(
+            f"num_clients={k} exceeds the {len(ids)} groups (writers / users) of the data; "
+            f"the natural partition has one client per group, so use at most {len(ids)}"
+        )
+    chosen = ids if k == len(ids) else np.sort(rng.choice(ids, size=k, replace=False))
+    order = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[order], chosen)
+    ends = np.searchsorted(groups[order], chosen, side="right")
+    return [order[a:b] for a, b in zip(starts, ends, strict=True)]
+
+
 # ---------------------------------------------------------------------------- public API
 
 _PARTITIONERS: dict[str, Partitioner] = {
@@ -283,9 +315,11 @@ _PARTITIONERS: dict[str, Partitioner] = {
     "shards": _shards,
     "incomplete": _incomplete,
     "domains": _domains,
+    "natural": _natural,
 }
 
 PARTITIONS: tuple[str, ...] = tuple(_PARTITIONERS)
+_NEED_IDS = ("domains", "natural")  # schemes that need per-sample ids from the source
 
 
 def _validated_labels(labels: np.ndarray) -> np.ndarray:
@@ -311,6 +345,7 @@ def partition_labels(
     min_client_size: int = 10,
     size_sigma: float = 0.3,
     domains: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Split the samples behind `labels` among `num_clients` clients.
 
@@ -325,6 +360,7 @@ def partition_labels(
         min_client_size: least samples per client (``dirichlet``, ``incomplete``).
         size_sigma: sigma of the LogNormal client size factors (``incomplete``).
         domains: domain id of every sample, shape (N,) (``domains``).
+        groups: group (writer, user) id of every sample, shape (N,) (``natural``).
 
     Returns:
         `num_clients` sorted int64 arrays of indices into `labels`, pairwise disjoint and
@@ -349,7 +385,8 @@ def partition_labels(
             f"{most} clients" + (f" (min_client_size={min_client_size})" if sized else "")
         )
     options = _Options(
-        beta, classes_per_client, shards_per_client, int(min_client_size), size_sigma, domains
+        beta, classes_per_client, shards_per_client, int(min_client_size), size_sigma, domains,
+        groups,
     )
     parts = partitioner(labels, int(num_clients), np.random.default_rng(seed), options)
     empty = [i for i, p in enumerate(parts) if len(p) == 0]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlight.data.sources import SourceData
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +75,12 @@ def load_pfllib(root: str | None) -> SourceData:
         y_train=torch.from_numpy(y_all), x_test=None, y_test=None, num_classes=num_classes,
         client_splits=tuple((train, test) for train, test in splits),
     )
+
+
+@register_source("pfllib")
+def _pfllib(request: SourceRequest) -> SourceData:
+    """A folder written by PFLlib's dataset generators, read with its own client split."""
+    return load_pfllib(request.root)
 
 
 def read_partition_file(path: str | Path, pool_size: int) -> list[tuple[np.ndarray, np.ndarray]]:

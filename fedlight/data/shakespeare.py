@@ -29,15 +29,12 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedlight.data.files import DataFormatError, require_root
-
-if TYPE_CHECKING:
-    from fedlight.data.sources import SourceData, SourceRequest
+from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 NAME = "shakespeare"
 #: LEAF's 80-character alphabet (``ALL_LETTERS`` of its language utilities), in its order.
@@ -143,8 +140,6 @@ def _pack(split: dict[str, tuple[np.ndarray, np.ndarray]], group_of: dict[str, i
 
 @functools.lru_cache(maxsize=1)
 def _load(root: str | None) -> SourceData:
-    from fedlight.data.sources import SourceData
-
     folder = require_root(NAME, root, "LEAF's train/*.json and test/*.json")
     for split in ("train", "test"):
         if not (folder / split).is_dir():
@@ -162,6 +157,7 @@ def _load(root: str | None) -> SourceData:
     )
 
 
+@register_source(NAME)
 def load(request: SourceRequest) -> SourceData:
     """The ``shakespeare`` source (see the module doc). ``download`` is ignored: LEAF
     publishes scripts, not files, and a missing file's error says how to make them."""

@@ -11,8 +11,9 @@ Offline sources ship with installed packages and never touch the network:
 torchvision sources (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``) read from
 a ``root`` folder and download only when asked to.
 
-To add a source, write a function ``(SourceRequest) -> SourceData`` and add it
-to ``_LOADERS``; ``SOURCES`` follows.
+To add a source, write a module in ``fedlight/data/`` with a function
+``(SourceRequest) -> SourceData`` decorated with ``@register_source("name")``; the module is
+imported with this one and ``SOURCES`` lists it.
 
 Loads are cached per argument set, so repeated calls return the *same* tensors:
 callers must not modify a returned ``SourceData``'s tensors in place (use
@@ -22,7 +23,6 @@ callers must not modify a returned ``SourceData``'s tensors in place (use
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source"]
+__all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source", "register_source"]
 
 _STD_FLOOR = 1e-6  # channels with a smaller std are left unscaled (constant features)
 
@@ -58,6 +58,8 @@ class SourceData:
     # A source that comes already split into clients (``pfllib``): per-client (train, test)
     # index arrays into x_train; the data module then uses it instead of a partitioner.
     client_splits: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+    # Who made each sample (a LEAF writer, a play role, a subject): int64 ids in one id space
+    # for train and test; ``partition: natural`` gives each group its own client.
     groups_train: np.ndarray | None = None
     groups_test: np.ndarray | None = None
     group_names: list[str] | None = None
@@ -273,7 +275,9 @@ def _torchvision_loader(name: str) -> Callable[[SourceRequest], SourceData]:
 
 # ---------------------------------------------------------------------------- registry
 
-_LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
+Loader = Callable[[SourceRequest], SourceData]
+
+_LOADERS: dict[str, Loader] = {
     "mnist5k": lambda request: _load_mnist5k(),
     "digits": lambda request: _load_digits(),
     "synthetic": lambda request: _load_synthetic(
@@ -284,37 +288,44 @@ _LOADERS: dict[str, Callable[[SourceRequest], SourceData]] = {
     ),
     **{name: _torchvision_loader(name) for name in _TORCHVISION},
 }
-# Cross-domain sources (``digits5``, ``digits5_torchvision``): one domain id per sample.
-from fedlight.data.crossdomain import CROSSDOMAIN_LOADERS  # noqa: E402
-
-_LOADERS.update(CROSSDOMAIN_LOADERS)
 
 
-def _load_pfllib(request: SourceRequest) -> SourceData:
-    """A folder written by PFLlib's dataset generators, read with its own client split."""
-    from fedlight.data.pfllib import load_pfllib  # imported here: pfllib imports this module
+def register_source(name: str) -> Callable[[Loader], Loader]:
+    """Decorator registering ``loader(request) -> SourceData`` as the data source `name`.
 
-    return load_pfllib(request.root)
+    Any module of the ``fedlight.data`` package may register sources this way: every module
+    of the package is imported when this one is, so a new source is one new file.
+    """
 
+    def register(loader: Loader) -> Loader:
+        if name in _LOADERS and _LOADERS[name] is not loader:
+            raise ValueError(f"data source {name!r} is registered twice")
+        _LOADERS[name] = loader
+        return loader
 
-_LOADERS["pfllib"] = _load_pfllib
-
-
-def _module_loader(name: str) -> Callable[[SourceRequest], SourceData]:
-    """The ``load`` function of ``fedlight.data.<name>``, imported on first use (those modules
-    import this one)."""
-
-    def load(request: SourceRequest) -> SourceData:
-        return importlib.import_module(f"fedlight.data.{name}").load(request)
-
-    return load
+    return register
 
 
-# Sources read in their publishers' formats, one module each.
-_LOADERS.update({name: _module_loader(name)
-                 for name in ("agnews", "shakespeare", "har", "amazon_review")})
+@functools.cache
+def _registered() -> dict[str, Loader]:
+    """Every source: the built-in ones and those the modules of ``fedlight.data`` register
+    (all imported on the first call, which comes after the imports of this module)."""
+    import importlib
+    import pkgutil
 
-SOURCES: tuple[str, ...] = tuple(_LOADERS)
+    package = __name__.rsplit(".", 1)[0]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{module.name}")
+    return _LOADERS
+
+
+SOURCES: tuple[str, ...]  # names of every source (module __getattr__ below)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SOURCES":  # computed on first use: the registering modules import this one
+        return tuple(_registered())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_source(
@@ -345,9 +356,9 @@ def load_source(
             source.
         FileNotFoundError: torchvision data missing from `root` while `download` is False.
     """
-    loader = _LOADERS.get(name)
+    loader = _registered().get(name)
     if loader is None:
-        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(SOURCES)}")
+        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(_registered())}")
     request = SourceRequest(
         root=None if root is None else str(Path(root).expanduser().resolve()),
         download=bool(download),
