@@ -93,14 +93,18 @@ def read_csv(path: Path) -> tuple[np.ndarray, list[list[str]]]:
     documents: list[list[str]] = []
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, strict=True)
-        try:
-            for row in reader:
-                labels.append(_label(path, reader.line_num, row))
-                documents.append(tokenize(f"{row[1]} {row[2]}"))
-        except csv.Error as err:
-            raise DataFormatError(path, reader.line_num, f"malformed CSV ({err}); expected "
-                                  "three quoted fields: class index 1-4, title, description"
-                                  ) from err
+        while True:
+            line = reader.line_num + 1  # where the next row starts (a row may span lines)
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as err:
+                raise DataFormatError(path, line, f"malformed CSV ({err}); expected three "
+                                      "quoted fields: class index 1-4, title, description"
+                                      ) from err
+            labels.append(_label(path, line, row))
+            documents.append(tokenize(f"{row[1]} {row[2]}"))
     if not labels:
         raise DataFormatError(path, None, "holds no rows; expected one row per news item: "
                               "class index 1-4, title, description")
