@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -21,13 +22,22 @@ CASES = [
     ("cnn_bn", (1, 28, 28), {}),
     ("digit_cnn", (3, 32, 32), {}),
     ("digit_cnn", (3, 32, 32), {"all_fc_head": True}),
+    ("femnist_cnn", (1, 28, 28), {}),
+    ("femnist_cnn", (1, 28, 28), {"all_fc_head": True}),
     ("lenet", (1, 28, 28), {}),
     ("lenet", (3, 32, 32), {}),
     ("mlp", (64,), {}),
     ("mlp", (1, 28, 28), {"hidden": (32, 16)}),
+    ("mlp3", (50,), {}),
     ("tfcnn", (3, 32, 32), {}),
     ("resnet18", (3, 32, 32), {}),
     ("resnet18", (1, 28, 28), {}),
+    ("resnet20", (3, 32, 32), {}),
+    ("resnet20", (1, 12, 12), {"shortcut": "padding"}),
+    ("resnet56", (3, 8, 8), {}),
+    # AlexNet's FC layers narrowed: the full 57M-parameter net has its own test below
+    ("alexnet_bn", (3, 63, 63), {"fc_dims": (24, 16)}),
+    ("alexnet_bn", (3, 64, 80), {"fc_dims": (24, 16), "all_fc_head": True}),
     ("vgg8", (3, 32, 32), {}),
     ("vgg8_bn", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {}),
@@ -253,3 +263,101 @@ def test_fine_cut_where_none_exists_and_unknown_cut_raise() -> None:
         model.blocks("fine")
     with pytest.raises(ValueError, match="'medium'"):
         build("vgg11", (3, 32, 32), {})[0].block_names("medium")
+
+
+def test_femnist_cnn_is_the_papers_femnistnet() -> None:
+    model = build_backbone("femnist_cnn", (1, 28, 28), 62)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.padding) for c in convs] == [
+        (32, (5, 5), (2, 2)),
+        (64, (5, 5), (2, 2)),
+    ]
+    # 28 -pool-> 14 -pool-> 7: flatten 64 * 7 * 7 = 3136; first FC narrowed from 2048 to 512
+    expected = conv_params(1, 32, 5) + conv_params(32, 64, 5) + linear_params(3136, 512)
+    assert sum(p.numel() for p in model.parameters()) == expected + linear_params(512, 62)
+    assert expected + linear_params(512, 62) == 1_690_046 and model.feature_dim == 512
+    paper = build_backbone("femnist_cnn", (1, 28, 28), 62, all_fc_head=True)
+    assert paper.feature_dim == 3136 and count(paper.head, nn.Linear) == 2
+    assert count(paper.encoder, nn.Linear) == 0
+
+
+def test_mlp_with_two_hidden_512_is_maps_mlpnet() -> None:
+    model = build_backbone("mlp", (1, 28, 28), 10, hidden=[512, 512])
+    linears = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == [(784, 512), (512, 512), (512, 10)]
+    assert sum(p.numel() for p in model.parameters()) == 669_706
+
+
+def test_mlp3_is_the_amazon_review_mlp() -> None:
+    model = build_backbone("mlp3", (5000,), 2)
+    linears = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == [(5000, 1000), (1000, 500), (500, 100), (100, 2)]
+    assert sum(p.numel() for p in model.parameters()) == 5_551_802
+    assert model.feature_dim == 100 and count(model, nn.ReLU) == 3
+
+
+def cifar_resnet_params(blocks: int, classes: int, projection: bool) -> int:
+    """He et al.'s CIFAR ResNet counted by hand: bias-free convs, BN weight + bias each."""
+    total = 3 * 16 * 9 + 2 * 16 + linear_params(64, classes)
+    widths = [16] + [16] * blocks + [32] * blocks + [64] * blocks
+    for c_in, c_out in itertools.pairwise(widths):
+        total += 9 * c_in * c_out + 2 * c_out + 9 * c_out * c_out + 2 * c_out
+        if projection and c_in != c_out:
+            total += c_in * c_out + 2 * c_out
+    return total
+
+
+@pytest.mark.parametrize(("name", "blocks"), [("resnet20", 3), ("resnet56", 9)])
+@pytest.mark.parametrize("shortcut", ["projection", "padding"])
+def test_cifar_resnets_have_he_et_al_sizes(name: str, blocks: int, shortcut: str) -> None:
+    model = build_backbone(name, (3, 32, 32), 10, shortcut=shortcut)
+    expected = cifar_resnet_params(blocks, 10, shortcut == "projection")
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert [len(model.encoder.get_submodule(f"layer{i}")) for i in (1, 2, 3)] == [blocks] * 3
+    assert model.feature_dim == 64
+    # 6n + 2 weighted layers: the stem, two convs per block, the head (shortcuts not counted)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.kernel_size == (3, 3)]
+    assert len(convs) + 1 == 6 * blocks + 2
+
+
+def test_cifar_resnet_halves_the_map_at_stages_two_and_three() -> None:
+    model, x = build("resnet20", (3, 32, 32), {})
+    h = model.encoder.relu(model.encoder.bn1(model.encoder.conv1(x)))
+    sizes = []
+    for stage in ("layer1", "layer2", "layer3"):
+        h = model.encoder.get_submodule(stage)(h)
+        sizes.append(tuple(h.shape[1:]))
+    assert sizes == [(16, 32, 32), (32, 16, 16), (64, 8, 8)]
+    assert model.encoder.layer2[0].shortcut[0].stride == (2, 2)
+
+
+def test_unknown_shortcut_is_named() -> None:
+    with pytest.raises(ValueError, match=r"'zero'.*projection, padding"):
+        build_backbone("resnet20", (3, 32, 32), 10, shortcut="zero")
+
+
+def test_alexnet_bn_is_fedbns_alexnet() -> None:
+    torch.manual_seed(0)
+    model = build_backbone("alexnet_bn", (3, 256, 256), 10)
+    convs = [(m.out_channels, m.kernel_size[0], m.stride[0], m.padding[0])
+             for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert convs == [(64, 11, 4, 2), (192, 5, 1, 2), (384, 3, 1, 1), (256, 3, 1, 1),
+                     (256, 3, 1, 1)]
+    linears = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == [(9216, 4096), (4096, 4096), (4096, 10)]
+    kinds = [type(m) for m in [*model.encoder.features, *model.encoder.fc]]
+    for i, kind in enumerate(kinds):  # BatchNorm right after every conv and hidden FC
+        if kind in (nn.Conv2d, nn.Linear):
+            assert kinds[i + 1] in (nn.BatchNorm2d, nn.BatchNorm1d)
+    assert count(model, nn.BatchNorm2d) == 5 and count(model, nn.BatchNorm1d) == 2
+    assert count(model, nn.Dropout) == 0 and count(model, nn.MaxPool2d) == 3
+    assert sum(p.numel() for p in model.parameters()) == 57_063_498
+    assert model.feature_dim == 4096
+    model.eval()
+    with torch.no_grad():
+        assert model.encoder(torch.randn(1, 3, 256, 256)).shape == (1, 4096)
+
+
+def test_alexnet_bn_too_small_input_says_what_size_fits() -> None:
+    with pytest.raises(ValueError, match=r"\(3, 62, 62\).*at least 63"):
+        build_backbone("alexnet_bn", (3, 62, 62), 10)

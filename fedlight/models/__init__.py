@@ -11,9 +11,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fedlight.models.alexnet import alexnet_bn
 from fedlight.models.backbone import CUTS, Backbone, check_num_classes
-from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, lenet, mlp, tfcnn
+from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, femnist_cnn, lenet, mlp, mlp3, tfcnn
 from fedlight.models.resnet import resnet18
+from fedlight.models.resnet_cifar import resnet20, resnet56
 from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
 
 __all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
@@ -22,10 +24,15 @@ BACKBONES: dict[str, Callable[..., Backbone]] = {
     "cnn": cnn,
     "cnn_bn": cnn_bn,
     "digit_cnn": digit_cnn,
+    "femnist_cnn": femnist_cnn,
     "lenet": lenet,
     "mlp": mlp,
+    "mlp3": mlp3,
     "tfcnn": tfcnn,
+    "alexnet_bn": alexnet_bn,
     "resnet18": resnet18,
+    "resnet20": resnet20,
+    "resnet56": resnet56,
     "vgg8": vgg8,
     "vgg8_bn": vgg8_bn,
     "vgg11": vgg11,

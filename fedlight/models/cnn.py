@@ -119,15 +119,32 @@ def conv_backbone(
     parts: OrderedDict[str, nn.Module] = OrderedDict(
         features=conv_layers(shape[0], spec, batch_norm), flatten=nn.Flatten()
     )
+    return fc_backbone(name, shape, num_classes, parts, flat_dim, fc_dims, batch_norm,
+                       all_fc_head)
+
+
+def fc_backbone(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    parts: OrderedDict[str, nn.Module],
+    flat_dim: int,
+    fc_dims: Sequence[int],
+    batch_norm: bool = False,
+    all_fc_head: bool = False,
+) -> Backbone:
+    """A backbone from ``parts`` (named modules giving a ``flat_dim`` vector), hidden FC
+    ``fc_dims`` and a last Linear; the cut follows ``all_fc_head`` as in ``conv_backbone``."""
     fc = fc_layers(flat_dim, fc_dims, batch_norm) if fc_dims else None
     last = nn.Linear(fc_dims[-1] if fc_dims else flat_dim, num_classes)
     if all_fc_head and fc is not None:
         head: nn.Module = nn.Sequential(OrderedDict(fc=fc, out=last))
-        return Backbone(nn.Sequential(parts), flat_dim, num_classes, shape, name=name, head=head)
+        return Backbone(nn.Sequential(parts), flat_dim, num_classes, input_shape, name=name,
+                        head=head)
     if fc is not None:
         parts["fc"] = fc
-    return Backbone(nn.Sequential(parts), last.in_features, num_classes, shape, name=name,
-                    head=last)
+    return Backbone(nn.Sequential(parts), last.in_features, num_classes, input_shape,
+                    name=name, head=last)
 
 
 FEDAVG_CNN: tuple[LayerSpec, ...] = (Conv(32, 5), POOL, Conv(64, 5), POOL)
@@ -210,17 +227,67 @@ def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
     return conv_backbone("tfcnn", input_shape, num_classes, TF_CNN, fc_dims=(64,))
 
 
+FEMNIST_CNN: tuple[LayerSpec, ...] = (Conv(32, 5, 2), POOL, Conv(64, 5, 2), POOL)
+
+
+def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = False
+                ) -> Backbone:
+    """FeMnistNet, the FEMNIST CNN of "Aggregate or Not?" (Li et al., arXiv:2107.11954, Fig. 4).
+
+    LEAF's FEMNIST CNN with its first FC narrowed from 2048 to 512 (the paper, Sec. 5.3):
+    Conv(C, 32, 5, pad 2) ReLU MaxPool2, Conv(32, 64, 5, pad 2) ReLU MaxPool2, flatten
+    (64 x 7 x 7 = 3136 at 28x28), Linear(3136, 512) ReLU, Linear(512, U). No BatchNorm, no
+    dropout. 1,690,046 parameters for 1x28x28 and 62 classes.
+
+    Args:
+        all_fc_head: False (default, the zoo's contract): the feature is the 512-d output of
+            the first FC after its ReLU and the head is Linear(512, U), as FedPer / FedRep /
+            GPFL need. True: the paper's coarse cut ("the fully-connected layers as the
+            classifier"): the feature is the 3136-d conv output and the head is both FC layers
+            (``head.fc``, ``head.out``); use it for the paper's block strings ("AaB", ...).
+    """
+    return conv_backbone("femnist_cnn", input_shape, num_classes, FEMNIST_CNN, fc_dims=(512,),
+                         all_fc_head=all_fc_head)
+
+
 def mlp(
     input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200, 200)
 ) -> Backbone:
     """A multilayer perceptron on the flattened input (any ``input_shape``).
 
+    The default is FedAvg's 2NN (two hidden layers of 200). MAP's MLPNet for FaMnist is
+    ``hidden: [512, 512]`` (its paper: "two hidden layers with each hidden layer containing 512
+    neurons"; 669,706 parameters for 1x28x28 and 10 classes); the authors' released code
+    instead uses ``hidden: [1024, 1024, 128]`` and a bias-free last layer (ours has a bias).
+
     Args:
         hidden: sizes of the hidden layers, each Linear then ReLU; the last is the feature
             (``feature_dim``). Empty gives a linear classifier on the raw input.
     """
-    shape = check_shape("mlp", input_shape)
+    return _perceptron("mlp", input_shape, num_classes, hidden)
+
+
+def mlp3(
+    input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (1000, 500, 100)
+) -> Backbone:
+    """The 3-layer MLP of GPFL's Amazon Review experiments (Zhang et al., ICCV 2023, Table 3).
+
+    PFLlib's ``AmazonMLP`` (after KD3A): Linear(D, 1000) ReLU, Linear(1000, 500) ReLU,
+    Linear(500, 100) ReLU is the 100-d feature; head Linear(100, U). On Amazon Review's
+    5000-d features and 2 classes: 5,551,802 parameters. Takes flat features ``(D,)``.
+
+    Args:
+        hidden: sizes of the hidden layers (the default is the paper's).
+    """
+    return _perceptron("mlp3", input_shape, num_classes, hidden)
+
+
+def _perceptron(
+    name: str, input_shape: Sequence[int], num_classes: int, hidden: Sequence[int]
+) -> Backbone:
+    """Flatten, then Linear ReLU for each size in ``hidden``; head Linear(last, U)."""
+    shape = check_shape(name, input_shape)
     flat_dim, hidden = prod(shape), tuple(hidden)
     encoder = nn.Sequential(OrderedDict(flatten=nn.Flatten(), fc=fc_layers(flat_dim, hidden)))
     feature_dim = hidden[-1] if hidden else flat_dim
-    return Backbone(encoder, feature_dim, num_classes, shape, name="mlp")
+    return Backbone(encoder, feature_dim, num_classes, shape, name=name)
