@@ -42,14 +42,21 @@ CASES = [
     ("vgg8_bn", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {"all_fc_head": True}),
+    ("fasttext", (12,), {"vocab_size": 30}),
+    ("fasttext", (12,), {"vocab_size": 30, "count_padding": True}),
+    ("char_lstm", (20,), {"vocab_size": 81}),
+    ("har_cnn", (9, 128), {}),
+    ("har_cnn", (3, 40), {"all_fc_head": True}),
 ]
 IDS = [f"{n}-{'x'.join(map(str, s))}{'-' + ','.join(k) if k else ''}" for n, s, k in CASES]
 
 
 def build(name: str, shape: tuple[int, ...], kwargs: dict) -> tuple[Backbone, torch.Tensor]:
-    """A seeded backbone and a seeded input batch for it."""
+    """A seeded backbone and a seeded input batch for it (token ids where it takes a vocab)."""
     torch.manual_seed(0)
     model = build_backbone(name, shape, NUM_CLASSES, **kwargs)
+    if "vocab_size" in kwargs:
+        return model, torch.randint(0, kwargs["vocab_size"], (BATCH, *shape))
     return model, torch.randn(BATCH, *shape)
 
 

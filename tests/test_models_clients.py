@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedlight.clients import GPFL, FedAvg, FedBN, FedPer, FedPick, FedRep, Privatize
+from fedlight.clients import GPFL, AutoSA, FedAvg, FedBN, FedPer, FedPick, FedRep, Privatize
 from fedlight.clients.fedbn import BATCH_NORMS
+from fedlight.clients.privatize import sps_way, ssp_way
 
 NUM_CLASSES = 5
 BATCH = 4
@@ -20,8 +21,19 @@ BACKBONES = [
     ("femnist_cnn", (1, 28, 28), {}),
     ("femnist_cnn", (1, 28, 28), {"all_fc_head": True}),
     ("mlp3", (40,), {}),
+    ("fasttext", (12,), {"vocab_size": 30}),
+    ("char_lstm", (10,), {"vocab_size": 20}),
+    ("har_cnn", (9, 128), {}),
 ]
 IDS = [f"{name}{'-' + ','.join(kwargs) if kwargs else ''}" for name, _, kwargs in BACKBONES]
+
+
+def cases(*names: str) -> list:
+    """The ``BACKBONES`` entries of ``names`` as pytest params with their ids."""
+    return [pytest.param(*case, id=case_id) for case, case_id in zip(BACKBONES, IDS, strict=True)
+            if case[0] in names]
+
+
 METHODS = [(FedAvg, {}), (FedPer, {}), (FedRep, {}), (GPFL, {}), (Privatize, {"way": "AaB"})]
 # (backbone case, method) pairs; GPFL's CoV is two d x d layers, so it skips the 3136-d feature
 # of femnist_cnn's paper cut (that cut is for the privatization strings).
@@ -76,7 +88,7 @@ def test_one_local_step_trains_encoder_and_head(name, shape, kwargs, cls, option
                                                 if k.startswith("model.")}
 
 
-@pytest.mark.parametrize(("name", "shape", "kwargs"), BACKBONES[:3], ids=IDS[:3])
+@pytest.mark.parametrize(("name", "shape", "kwargs"), cases("alexnet_bn", "resnet20", "resnet56"))
 def test_fedbn_keeps_every_batchnorm_key_private(name, shape, kwargs) -> None:
     client = make(FedBN, name, shape, kwargs)
     batch_norm_keys = client.state_keys_of_type(BATCH_NORMS)
@@ -87,9 +99,33 @@ def test_fedbn_keeps_every_batchnorm_key_private(name, shape, kwargs) -> None:
 
 
 def test_fedpick_masks_the_alexnet_feature() -> None:
-    name, shape, kwargs = BACKBONES[0]
+    name, shape, kwargs = cases("alexnet_bn")[0].values
     client = make(FedPick, name, shape, kwargs)
     assert client.model.feature_dim == kwargs["fc_dims"][-1]
     assert client.pfsm.mask_net[0].in_features == client.model.feature_dim
     loss, changed = one_step(client, batch(shape, kwargs))
     assert torch.isfinite(loss) and any(k.startswith("pfsm.") for k in changed)
+
+
+@pytest.mark.parametrize("way", [sps_way(4, 3), ssp_way(4, 3), "aBCD"])
+def test_char_lstm_fine_cut_privatization_strings(way: str) -> None:
+    name, shape, kwargs = cases("char_lstm")[0].values
+    client = make(Privatize, name, shape, kwargs, way=way, cut="fine")
+    assert client.block_names == ["encoder.embedding", "encoder.lstm1", "encoder.lstm2", "head"]
+    loss, changed = one_step(client, batch(shape, kwargs))
+    assert torch.isfinite(loss)
+    private = set(client.partition.private)
+    if way == "AaBbCD":  # private embedding and LSTM-1 copies, merged before LSTM-2
+        assert {k.split(".")[1] for k in private} == {"a", "b"}
+        assert any(k.startswith("private.b.") for k in changed)
+    if way == "ABCcDd":  # private LSTM-2 and head branching off the shared LSTM-1
+        assert {k.split(".")[1] for k in private} == {"c", "d"}
+    if way == "aBCD":  # the embedding alone is private
+        assert private == {"model.encoder.embedding.weight"}
+
+
+@pytest.mark.parametrize(("name", "shape", "kwargs"), cases("fasttext", "char_lstm", "har_cnn"))
+def test_autosa_fuses_two_encoders_of_non_image_backbones(name, shape, kwargs) -> None:
+    client = make(AutoSA, name, shape, kwargs)
+    loss, changed = one_step(client, batch(shape, kwargs))
+    assert torch.isfinite(loss) and "alpha" in changed and "beta" in changed

@@ -16,6 +16,8 @@ from fedlight.models.backbone import CUTS, Backbone, check_num_classes
 from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, femnist_cnn, lenet, mlp, mlp3, tfcnn
 from fedlight.models.resnet import resnet18
 from fedlight.models.resnet_cifar import resnet20, resnet56
+from fedlight.models.sensor import har_cnn
+from fedlight.models.sequence import char_lstm, fasttext
 from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
 
 __all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
@@ -36,6 +38,9 @@ BACKBONES: dict[str, Callable[..., Backbone]] = {
     "vgg8": vgg8,
     "vgg8_bn": vgg8_bn,
     "vgg11": vgg11,
+    "fasttext": fasttext,
+    "char_lstm": char_lstm,
+    "har_cnn": har_cnn,
 }
 
 

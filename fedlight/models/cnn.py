@@ -66,7 +66,7 @@ def fc_layers(in_features: int, dims: Sequence[int], batch_norm: bool = False) -
     return nn.Sequential(*layers)
 
 
-def _spatial_out(size: int, spec: Sequence[LayerSpec]) -> int:
+def spatial_size(size: int, spec: Sequence[LayerSpec]) -> int:
     """Height (or width) after ``spec`` for an input of ``size``; 0 if it collapses on the way."""
     for item in spec:
         size = size // 2 if item == POOL else size + 2 * item.padding - item.kernel_size + 1
@@ -85,9 +85,9 @@ def conv_output_shape(
             message names backbone ``name``, the shape and the smallest height/width that fits.
     """
     channels, height, width = image_shape(name, input_shape)
-    out_h, out_w = _spatial_out(height, spec), _spatial_out(width, spec)
+    out_h, out_w = spatial_size(height, spec), spatial_size(width, spec)
     if not (out_h and out_w):
-        smallest = next(s for s in itertools.count(1) if _spatial_out(s, spec))
+        smallest = next(s for s in itertools.count(1) if spatial_size(s, spec))
         raise ValueError(
             f"backbone {name!r} cannot take input shape {tuple(input_shape)}: its convolutions "
             f"and poolings need height and width of at least {smallest}"
