@@ -311,3 +311,32 @@ def test_a_resumed_run_refuses_a_changed_vocabulary(tmp_path, monkeypatch, capsy
         main([*args, "--data.root", str(moved), "--trainer.rounds", "2", "--ckpt_path", "last"])
     error = capsys.readouterr().err.splitlines()[0]
     assert re.search(r"vocabulary\.sha256: '[0-9a-f]{64}' -> '[0-9a-f]{64}'", error), error
+
+
+def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
+    pytest.importorskip("flwr")
+    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
+    from fedlight.cli import FedlightCLI
+    from fedlight.flower import build_client_app
+    from fedlight.flower.inline import InlineGrid
+    from fedlight.flower.server import serve
+    from fedlight.flower.setup import load_run
+
+    config = str(CONFIGS / "gpfl/paper/agnews_fasttext_dirichlet.yaml")
+    overrides = ["--data.root", str(write_agnews(tmp_path / "ag")), "--data.download", "false",
+                 "--data.num_clients", "3", "--data.min_client_size", "2", "--trainer.rounds",
+                 "2", "--trainer.accelerator", "cpu", "--trainer.progress_bar", "false",
+                 "--trainer.verbose", "false", "--trainer.logger", "csv",
+                 "--trainer.default_root_dir", str(tmp_path / "runs")]
+    trainer = FedlightCLI(args=["fit", "-c", config, *overrides]).trainer
+    run = load_run(config, tuple(overrides))
+    grid = InlineGrid(build_client_app(config, overrides, str(tmp_path / "state")),
+                      run.datamodule.num_clients)
+    outcome = serve(grid, run)
+    assert run.model.backbone_kwargs["vocab_size"] == trainer.datamodule.vocab_size
+    ours = [r["personalized_accuracy"] for r in outcome.history]
+    assert ours == pytest.approx([r["personalized_accuracy"] for r in trainer.history], rel=1e-6)
+    for key, value in trainer.global_state.items():
+        torch.testing.assert_close(outcome.global_state[key], value.cpu(), rtol=1e-5, atol=1e-6)
+    assert (Path(outcome.summary["run_dir"]) / "vocab.json").exists()
