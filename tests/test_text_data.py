@@ -340,3 +340,28 @@ def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
     for key, value in trainer.global_state.items():
         torch.testing.assert_close(outcome.global_state[key], value.cpu(), rtol=1e-5, atol=1e-6)
     assert (Path(outcome.summary["run_dir"]) / "vocab.json").exists()
+
+
+def test_token_ids_survive_a_pfllib_folder_both_ways(tmp_path):
+    """fedlight's text split exported in PFLlib's layout, and PFLlib's own text layout
+    ((ids, length) pairs), read back as int64 ids."""
+    from fedlight.data.pfllib import export_pfllib
+
+    data = FederatedDataModule(source="agnews", root=str(write_agnews(tmp_path / "ag")),
+                               num_clients=2, partition="iid", min_client_size=2)
+    folder = export_pfllib(data, tmp_path / "exported")
+    back = load_source("pfllib", root=folder)
+    assert back.x_train.dtype == torch.int64
+    assert torch.equal(back.x_train[:len(data.client_train(0)[0])], data.client_train(0)[0])
+    pairs = np.empty((3, 2), dtype=object)
+    for i in range(3):
+        pairs[i, 0], pairs[i, 1] = [i + 1, 2, 0, 0], 2
+    (tmp_path / "pfl" / "train").mkdir(parents=True)
+    (tmp_path / "pfl" / "test").mkdir()
+    for split in ("train", "test"):
+        np.savez_compressed(tmp_path / "pfl" / split / "0.npz",
+                            data={"x": pairs, "y": np.array([0, 1, 0])})
+    (tmp_path / "pfl" / "config.json").write_text(json.dumps({"num_clients": 1,
+                                                              "num_classes": 2}))
+    text = load_source("pfllib", root=tmp_path / "pfl")
+    assert text.x_train.dtype == torch.int64 and text.x_train[:3, 0].tolist() == [1, 2, 3]
