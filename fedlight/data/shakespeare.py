@@ -46,7 +46,6 @@ HOW = ("LEAF ships no data files; run its preprocessing (in a clone of "
        "https://github.com/TalwalkarLab/leaf: cd data/shakespeare && ./preprocess.sh -s niid "
        "--sf 1.0 -k 0 -t sample -tf 0.8) and set data.root to data/shakespeare/data, which "
        "holds train/*.json and test/*.json")
-_CODE = {c: i for i, c in enumerate(LEAF_LETTERS)}
 _INPUT_CODE = np.zeros(max(map(ord, LEAF_LETTERS)) + 1, dtype=np.int64)  # code point -> id
 _INPUT_CODE[[ord(c) for c in LEAF_LETTERS]] = np.arange(1, len(LEAF_LETTERS) + 1)
 
