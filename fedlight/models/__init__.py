@@ -51,10 +51,12 @@ def build_backbone(
 
     Args:
         name: a key of ``BACKBONES``, e.g. ``"cnn"``, ``"resnet18"``, ``"vgg11"``.
-        input_shape: shape of one sample without the batch, e.g. ``(1, 28, 28)`` or ``(64,)``.
+        input_shape: shape of one sample without the batch, e.g. ``(1, 28, 28)``, ``(64,)``
+            (features or token ids), ``(9, 128)`` (signals).
         num_classes: number of logits of the head.
         **kwargs: the backbone's own options (e.g. ``hidden`` for ``mlp``, ``all_fc_head``
-            for ``vgg11``); see each constructor's docstring.
+            for ``vgg11``, ``vocab_size`` for the token backbones ``fasttext`` and
+            ``char_lstm``, which token sources pass); see each constructor's docstring.
 
     Returns:
         A freshly initialized ``Backbone`` (seed with ``torch.manual_seed`` for repeatability).

@@ -7,7 +7,8 @@ keeps private by state-dict name patterns (``"model.head.*"`` is FedPer).
 
 A backbone can also be read as an ordered list of blocks, bottom first, for the privatization
 strings of "Aggregate or Not?" (``"AaBb"``): the ``"coarse"`` cut is ``[encoder, head]``, and a
-backbone may offer a ``"fine"`` cut (VGG11: the six blocks of that paper's Fig. 4).
+backbone may offer a ``"fine"`` cut (VGG11: the six blocks of that paper's Fig. 4; CharLSTM:
+embedding, LSTM-1, LSTM-2, head).
 """
 
 from __future__ import annotations
