@@ -262,37 +262,9 @@ def test_dlg_refuses_inputs_that_are_not_images(tmp_path):
     assert "\n" not in str(caught.value)
 
 
-# ===================================================================== the papers' rows
+# ===================================================================== runs on these sources
+# (each paper config on these sources runs one round on fixture files in tests/test_configs.py)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-#: each text / sequence / signal paper config with the fixture writer of its source and the
-#: overrides that fit the fixture (fewer clients; every client trains)
-PAPER_ROWS = {
-    "gpfl/paper/agnews_fasttext_dirichlet.yaml": (
-        write_agnews, ["--data.num_clients", "3", "--data.min_client_size", "2"]),
-    "gpfl/paper/amazon_review_mlp3_domains.yaml": (write_amazon, []),
-    "gpfl/paper/har_har_cnn_natural.yaml": (write_har, ["--data.num_clients", "5"]),
-    "privatize/paper/shakespeare_char_lstm_coarse_AaB.yaml": (
-        write_shakespeare, ["--data.num_clients", "4", "--trainer.join_ratio", "1.0"]),
-    "privatize/paper/shakespeare_char_lstm_fine_AaBbCD.yaml": (
-        write_shakespeare, ["--data.num_clients", "4", "--trainer.join_ratio", "1.0"]),
-}
-
-
-@pytest.mark.parametrize("config", sorted(PAPER_ROWS))
-def test_paper_row_runs_one_round_from_its_config_on_fixture_files(config, tmp_path,
-                                                                   monkeypatch):
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
-    monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
-    write, overrides = PAPER_ROWS[config]
-    root = write(tmp_path / "data")
-    main(["fit", "-c", str(CONFIGS / config), "--data.root", str(root), "--data.download",
-          "false", "--trainer.rounds", "1", "--trainer.eval_every", "1", "--trainer.accelerator",
-          "cpu", "--trainer.progress_bar", "false", "--trainer.logger", "csv",
-          "--trainer.default_root_dir", str(tmp_path / "runs"), *overrides])
-    (summary,) = (tmp_path / "runs").glob("*/summary.json")
-    assert json.loads(summary.read_text())["rounds"] == 1
-    vocab = summary.parent / "vocab.json"
-    assert vocab.exists() == ("agnews" in config or "shakespeare" in config)
 
 
 def test_a_resumed_run_refuses_a_changed_vocabulary(tmp_path, monkeypatch, capsys):

@@ -43,6 +43,9 @@ _VAL_STREAM = 0x56414C
 #: Tags the max_client_samples draw apart from the partition's.
 _CAP_STREAM = 0x434150
 
+#: Tags the max_train_samples draw apart from the others.
+_TRAIN_CAP_STREAM = 0x545243
+
 
 def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
     """At most ``limit`` samples of a client: train and test cut in proportion (each keeps at
@@ -56,6 +59,14 @@ def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> Clien
         keep_train, keep_test = keep_train - 1, 1
     return ClientSplit(np.sort(rng.choice(split.train, keep_train, replace=False)),
                        np.sort(rng.choice(split.test, keep_test, replace=False)), split.val)
+
+
+def cap_train(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
+    """At most ``limit`` random training samples of a client; its test split is kept whole."""
+    if len(split.train) <= limit:
+        return split
+    return ClientSplit(np.sort(rng.choice(split.train, limit, replace=False)), split.test,
+                       split.val)
 
 
 def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generator) -> ClientSplit:
@@ -122,8 +133,14 @@ class FederatedDataModule(L.LightningDataModule):
             (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
             for Digits-Five), digits5_torchvision (its torchvision members, from root),
             pfllib (a folder written by PFLlib's generators, at root, with its own split), or
-            agnews, shakespeare, har, amazon_review (AG News CSVs, LEAF Shakespeare JSON, the
-            UCI HAR folder, Amazon Review's amazon.npz, read from root as distributed).
+            a dataset in its publisher's layout at root: imagefolder
+            (root/train/<class>/*, root/test/<class>/*), tinyimagenet (tiny-imagenet-200),
+            cinic10 (train/ valid/ test/), femnist (LEAF's JSON, one group per writer),
+            office_caltech10 and domainnet10 (one domain per client), digits5_real (FedBN's
+            Digits-Five files), agnews (AG News CSVs), shakespeare (LEAF's JSON, one group
+            per role), har (the UCI HAR folder, one group per subject), amazon_review
+            (amazon.npz, one domain per product category). Each module of fedlight.data
+            documents its layout.
         num_clients: number of clients.
         partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries
@@ -152,17 +169,31 @@ class FederatedDataModule(L.LightningDataModule):
         max_client_samples: keep at most this many samples of each client (its train and
             test splits cut in proportion, at random, seeded by seed), for a quick check of a
             heavy config; None = all (the protocol).
+        max_train_samples: keep at most this many training samples of each client (drawn at
+            random, seeded by seed; its local test split stays whole): the cross-domain papers'
+            fixed training budget per domain (FedPick: 1000 on Digits-Five, 125 on
+            Office-Caltech-10, 500 on DomainNet); None = all.
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
-        root: folder of the dataset's files (torchvision datasets, AG News CSVs, ...).
-        download: download a dataset into ``root`` when it is missing (where it has a
-            download).
+        local_test: where each client's local test set comes from. split (default): the
+            train_fraction cut of the client's samples. source: the source's own test samples
+            of the client's domain (partition: domains) or writer (partition: natural), with
+            all of the client's train-split samples for training (FedPick's protocol: each
+            domain's whole official test set; LEAF's own per-writer split); the source's test
+            split is also the global test set; needs merge_test: false.
+        root: folder of the dataset (torchvision's, or a folder source's files).
+        download: download the dataset into ``root`` when it is missing (torchvision
+            datasets, tinyimagenet, cinic10, agnews, har, amazon_review).
         seed: seed of the partition and the splits (independent of the training seed).
         batch_size: batch size of the plain-Lightning views (``client(i)``).
         synthetic_samples: number of samples of the ``synthetic`` source.
         synthetic_shape: sample shape of the ``synthetic`` source.
         synthetic_classes: number of classes of the ``synthetic`` source.
+        image_size: resize the images of a folder source (imagefolder, tinyimagenet,
+            cinic10, office_caltech10, domainnet10, digits5_real) to this square side; null
+            keeps the files' size. Decoded images are cached in $FEDLIGHT_CACHE (default
+            ~/.cache/fedlight; delete it to clear).
     """
 
     def __init__(
@@ -180,7 +211,9 @@ class FederatedDataModule(L.LightningDataModule):
         val_fraction: float = 0.0,
         public_samples: int = 0,
         max_client_samples: int | None = None,
+        max_train_samples: int | None = None,
         merge_test: bool = False,
+        local_test: str = "split",
         root: str | None = None,
         download: bool = False,
         seed: int = 0,
@@ -188,6 +221,7 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_samples: int = 2000,
         synthetic_shape: Sequence[int] = (1, 28, 28),
         synthetic_classes: int = 10,
+        image_size: int | None = None,
     ) -> None:
         super().__init__()
         if num_clients < 1:
@@ -198,12 +232,20 @@ class FederatedDataModule(L.LightningDataModule):
         if partition == "file" and not partition_file:
             raise ValueError("partition 'file' needs data.partition_file (a JSON file of "
                              "per-client train/test index lists)")
+        if local_test not in ("split", "source"):
+            raise ValueError(f"unknown local_test {local_test!r}; valid: split, source")
+        if local_test == "source" and merge_test:
+            raise ValueError("local_test: source keeps the source's test split for testing; "
+                             "set merge_test: false")
         if not 0 < train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
             raise ValueError(f"public_samples must be >= 0, got {public_samples}")
+        if max_train_samples is not None and max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be at least 1 or null for all, got "
+                             f"{max_train_samples}")
         if max_client_samples is not None and max_client_samples < 2:
             raise ValueError(f"max_client_samples must be at least 2 (one train and one test "
                              f"sample) or null for all, got {max_client_samples}")
@@ -220,14 +262,16 @@ class FederatedDataModule(L.LightningDataModule):
         self.val_fraction = val_fraction
         self.public_samples = public_samples
         self.max_client_samples = max_client_samples
+        self.max_train_samples = max_train_samples
         self.merge_test = merge_test
+        self.local_test = local_test
         self.root = root
         self.download = download
         self.seed = seed
         self.batch_size = batch_size
-        self.synthetic_options = dict(
+        self.source_options = dict(
             synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
-            synthetic_classes=synthetic_classes,
+            synthetic_classes=synthetic_classes, image_size=image_size,
         )
         self._data: SourceData | None = None
         self.splits: list[ClientSplit] | None = None
@@ -238,7 +282,7 @@ class FederatedDataModule(L.LightningDataModule):
         if self._data is None:
             self._data = load_source(
                 self.source, root=self.root, download=self.download, seed=self.seed,
-                **self.synthetic_options,
+                **self.source_options,
             )
         return self._data
 
@@ -274,12 +318,17 @@ class FederatedDataModule(L.LightningDataModule):
             return
         data = self.data
         merge = self.merge_test and data.x_test is not None
-        self.pool_x = torch.cat([data.x_train, data.x_test]) if merge else data.x_train
-        self.pool_y = torch.cat([data.y_train, data.y_test]) if merge else data.y_train
+        # the pool is the train split, followed by the test split when clients test on it
+        self.pool_has_test = (merge or self.local_test == "source") and data.x_test is not None
+        self.pool_x = torch.cat([data.x_train, data.x_test]) if self.pool_has_test else data.x_train
+        self.pool_y = torch.cat([data.y_train, data.y_test]) if self.pool_has_test else data.y_train
         self.splits = self._split(data, merge)
         if self.max_client_samples is not None:
             rng = np.random.default_rng([self.seed, _CAP_STREAM])
             self.splits = [cap_split(s, self.max_client_samples, rng) for s in self.splits]
+        if self.max_train_samples is not None:
+            rng = np.random.default_rng([self.seed, _TRAIN_CAP_STREAM])
+            self.splits = [cap_train(s, self.max_train_samples, rng) for s in self.splits]
         if self.val_fraction:
             rng = np.random.default_rng([self.seed, _VAL_STREAM])
             self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]
@@ -300,6 +349,8 @@ class FederatedDataModule(L.LightningDataModule):
             assert self.partition_file is not None
             return [ClientSplit(train, test) for train, test in
                     read_partition_file(self.partition_file, len(self.pool_y))]
+        if self.local_test == "source":
+            return self._splits_tested_on_source(data)
         client_indices = partition_labels(
             self.partition, self.pool_y.numpy(), self.num_clients, self.seed,
             domains=_pooled(data.domains_train, data.domains_test, merge),
@@ -316,6 +367,31 @@ class FederatedDataModule(L.LightningDataModule):
                     f"train_fraction={self.train_fraction}; raise min_client_size or lower "
                     "num_clients"
                 )
+        return splits
+
+    def _splits_tested_on_source(self, data: SourceData) -> list[ClientSplit]:
+        """``local_test: source``: each client trains on its part of the train split and is
+        tested on the source's test samples of its own domain / group."""
+        kind = {"domains": "domain", "natural": "group"}.get(self.partition)
+        if kind is None:
+            raise ValueError(f"local_test: source needs partition domains or natural (a client "
+                             f"per domain / group), got partition={self.partition!r}")
+        ids_train, ids_test = (getattr(data, f"{kind}s_train"), getattr(data, f"{kind}s_test"))
+        if data.x_test is None or (ids_train is not None and ids_test is None):
+            raise ValueError(f"local_test: source needs the source's own test split with a "
+                             f"{kind} per sample; {self.source} has none, use local_test: split")
+        client_indices = partition_labels(
+            self.partition, data.y_train.numpy(), self.num_clients, self.seed,
+            domains=data.domains_train, groups=data.groups_train, **self.partition_options,
+        )
+        splits = []
+        for i, train in enumerate(client_indices):
+            owner = ids_train[train[0]]
+            test = len(data.y_train) + np.flatnonzero(ids_test == owner)
+            if len(test) == 0:
+                raise ValueError(f"client {i} ({kind} {owner}) has no sample in the source's "
+                                 "test split; use local_test: split")
+            splits.append(ClientSplit(train, test.astype(np.int64)))
         return splits
 
     def _require_setup(self) -> list[ClientSplit]:
@@ -402,7 +478,7 @@ class FederatedDataModule(L.LightningDataModule):
             "source": self.source,
             "partition": self.partition,
             "merge_test": bool(self.merge_test),
-            "test_split_merged": bool(self.merge_test and self.data.x_test is not None),
+            "test_split_merged": bool(self.pool_has_test),
             "clients": [{"train": s.train.tolist(), "test": s.test.tolist(),
                          **({"val": s.val.tolist()} if len(s.val) else {})} for s in splits],
         }

@@ -85,6 +85,7 @@ class SourceRequest:
     synthetic_samples: int
     synthetic_shape: tuple[int, ...]
     synthetic_classes: int
+    image_size: int | None = None  # side of the square images are resized to (image sources)
 
 
 # ---------------------------------------------------------------------------- normalization
@@ -339,6 +340,7 @@ def load_source(
     synthetic_samples: int = 2000,
     synthetic_shape: tuple[int, ...] = (1, 28, 28),
     synthetic_classes: int = 10,
+    image_size: int | None = None,
 ) -> SourceData:
     """Load the data source `name` (one of `SOURCES`) as normalized in-memory tensors.
 
@@ -349,6 +351,8 @@ def load_source(
         seed: seed of the ``synthetic`` source (the others are fixed data).
         synthetic_samples, synthetic_shape, synthetic_classes: size, per-sample shape and
             number of classes of the ``synthetic`` source.
+        image_size: resize the images of a folder source (``imagefolder``, ...) to this
+            square side; None keeps the files' size.
 
     Returns:
         A `SourceData` shared with other callers that asked for the same thing: do not
@@ -362,6 +366,8 @@ def load_source(
     loader = _registered().get(name)
     if loader is None:
         raise ValueError(f"unknown data source {name!r}; valid: {', '.join(_registered())}")
+    if image_size is not None and (int(image_size) != image_size or image_size < 1):
+        raise ValueError(f"image_size={image_size!r} is invalid; use a positive integer or null")
     request = SourceRequest(
         root=None if root is None else str(Path(root).expanduser().resolve()),
         download=bool(download),
@@ -369,5 +375,6 @@ def load_source(
         synthetic_samples=int(synthetic_samples),
         synthetic_shape=tuple(int(s) for s in synthetic_shape),
         synthetic_classes=int(synthetic_classes),
+        image_size=image_size,
     )
     return loader(request)
