@@ -17,8 +17,10 @@ import torch
 from fedlight.cli import main
 from fedlight.data import FederatedDataModule, load_source
 from fedlight.data.agnews import MAX_TOKENS, URLS, build_vocabulary, encode, tokenize
+from fedlight.data.amazon_review import DRIVE_ID
 from fedlight.data.files import DataFormatError
 from fedlight.data.har import SIGNALS
+from fedlight.data.har import URL as HAR_URL
 from fedlight.data.shakespeare import LEAF_LETTERS
 from fedlight.privacy import DLGProbe
 from fedlight.privacy.dlg import check_image_inputs
@@ -92,6 +94,25 @@ def test_agnews_download_fetches_the_two_csv_files(tmp_path, monkeypatch):
     monkeypatch.setattr("torchvision.datasets.utils.download_url", fake_download)
     data = load_source("agnews", root=tmp_path / "fresh", download=True)
     assert sorted(fetched) == sorted(URLS.values()) and len(data.y_train) == 48
+
+
+def test_har_and_amazon_review_downloads_fetch_their_archives(tmp_path, monkeypatch):
+    fetched = []
+
+    def fake_archive(url, folder, filename):
+        fetched.append((url, filename))
+        write_har(Path(folder))
+
+    def fake_drive(file_id, folder, filename):
+        fetched.append((file_id, filename))
+        write_amazon(Path(folder))
+
+    monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", fake_archive)
+    monkeypatch.setattr("torchvision.datasets.utils.download_file_from_google_drive",
+                        fake_drive)
+    assert len(load_source("har", root=tmp_path / "har", download=True).y_train) == 24
+    assert load_source("amazon_review", root=tmp_path / "amz", download=True).num_classes == 2
+    assert fetched == [(HAR_URL, "UCI HAR Dataset.zip"), (DRIVE_ID, "amazon.npz")]
 
 
 def test_missing_files_say_how_to_get_them(tmp_path):
