@@ -358,3 +358,19 @@ def test_token_ids_survive_a_pfllib_folder_both_ways(tmp_path):
                                                               "num_classes": 2}))
     text = load_source("pfllib", root=tmp_path / "pfl")
     assert text.x_train.dtype == torch.int64 and text.x_train[:3, 0].tolist() == [1, 2, 3]
+
+
+def test_a_text_run_with_the_dlg_probe_stops_before_training_and_leaves_no_folder(tmp_path):
+    from fedlight.clients import CLIENTS
+    from tests.conftest import tiny_trainer
+
+    data = FederatedDataModule(source="agnews", root=str(write_agnews(tmp_path / "ag")),
+                               num_clients=2, partition="iid", min_client_size=2)
+    data.setup()
+    client = CLIENTS["FedAvg"](backbone="fasttext", num_classes=4, input_shape=data.input_shape,
+                               vocab_size=data.vocab_size)
+    trainer = tiny_trainer(tmp_path / "runs", probes=[DLGProbe()], verbose=False)
+    with pytest.raises(ValueError, match=r"data source 'agnews' has int64 inputs of shape "
+                                         r"\(200,\); remove DLGProbe"):
+        trainer.fit(client, data)
+    assert not any((tmp_path / "runs").iterdir())
