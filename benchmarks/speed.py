@@ -18,9 +18,19 @@ method's tight loop). Threads are pinned; nothing is logged or evaluated inside 
 region. ``--clock cpu`` times with this process's CPU time instead of wall time: steadier
 when other jobs share the cores (run it with ``--threads 1``).
 
+``--workload agnews`` (text) and ``--workload shakespeare`` (character sequences) time the
+same comparison on token ids: AG News-format CSV files written into a temporary folder
+(:data:`AGNEWS_ARTICLES` articles of about 40 words over an AG News-sized vocabulary of
+:data:`AGNEWS_VOCABULARY` made-up words), 20 clients, Dirichlet(1), GPFL's fastText, lr 0.1;
+and LEAF-format Shakespeare JSON (:data:`SHAKESPEARE_ROLES` roles of
+:data:`SHAKESPEARE_SAMPLES` 80-character samples), one client per role, the privatization
+paper's CharLSTM, lr 1.0. The files' contents are made up: the timing depends on the shapes,
+the vocabulary size and the model, not on the words.
+
     python benchmarks/speed.py                 # ~3 minutes on 2 cores
     python benchmarks/speed.py --methods FedAvg GPFL MAP --rounds 6
     python benchmarks/speed.py --methods FedAvg GPFL --threads 1 --clock cpu
+    python benchmarks/speed.py --workload agnews --methods FedAvg --lightning-rounds 0
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +62,57 @@ from fedlight.data import FederatedDataModule, iterate_batches  # noqa: E402
 from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
 from fedlight.federation.aggregate import WeightedSum  # noqa: E402
 from fedlight.federation.local import parse_optimizers  # noqa: E402
+from tests.text_fixtures import write_agnews, write_shakespeare  # noqa: E402
 
 BATCH = 10
-LR = 0.005
+AGNEWS_ARTICLES = 8000  # 2000 a class: 6000 train + 2000 test, all partitioned
+AGNEWS_VOCABULARY = 98_635  # GPFL's AG News vocabulary
+SHAKESPEARE_ROLES = 20
+SHAKESPEARE_SAMPLES = 100
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A data source and the backbone and learning rate the papers train on it."""
+
+    data: dict[str, Any]
+    backbone: str
+    lr: float
+    write: Callable[[Path], Path] | None = None  # writes the source's files into a folder
+    # torch's FLOP counter sees every op of the model (not of embedding lookups or LSTMs)
+    countable: bool = False
+
+
+WORKLOADS = {
+    "mnist5k": Workload({"source": "mnist5k", "partition": "dirichlet", "beta": 0.1}, "cnn",
+                        0.005, countable=True),
+    "agnews": Workload(
+        {"source": "agnews", "partition": "dirichlet", "beta": 1.0, "merge_test": True},
+        "fasttext", 0.1, lambda folder: write_agnews(
+            folder, AGNEWS_ARTICLES * 3 // 16, AGNEWS_ARTICLES // 16,
+            vocabulary=AGNEWS_VOCABULARY)),
+    "shakespeare": Workload(
+        {"source": "shakespeare", "partition": "natural", "merge_test": True,
+         "train_fraction": 0.8}, "char_lstm", 1.0,
+        lambda folder: write_shakespeare(folder, SHAKESPEARE_ROLES, SHAKESPEARE_SAMPLES)),
+}
+workload = WORKLOADS["mnist5k"]  # set from --workload
+LR = workload.lr
 
 
 def make_data() -> FederatedDataModule:
-    data = FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", beta=0.1)
+    root = None
+    if workload.write is not None:
+        root = str(workload.write(Path(tempfile.mkdtemp(prefix="fedlight-speed-"))))
+    data = FederatedDataModule(num_clients=20, root=root, **workload.data)
     data.setup()
     return data
 
 
 def make_client(name: str, data: FederatedDataModule):
     torch.manual_seed(0)
-    return CLIENTS[name](backbone="cnn", num_classes=data.num_classes,
-                         input_shape=data.input_shape, lr=LR)
+    return CLIENTS[name](backbone=workload.backbone, num_classes=data.num_classes,
+                         input_shape=data.input_shape, vocab_size=data.vocab_size, lr=LR)
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -176,7 +224,7 @@ def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, floa
     """(seconds, FLOP/s): training FLOPs of one round / measured throughput at batch 256."""
     model = make_client("FedAvg", data).model
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    x = torch.randn(256, *data.input_shape)
+    x = data.client_train(0)[0][:1].expand(256, *data.input_shape).clone()  # real ids / values
     y = torch.randint(0, data.num_classes, (256,))
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(x), y).backward()
@@ -210,9 +258,14 @@ def main() -> None:
                         help="wall time, or this process's CPU time (steadier on a shared "
                              "machine with --threads 1)")
     parser.add_argument("--methods", nargs="+", default=["FedAvg", "GPFL", "MAP"])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mnist5k",
+                        help="mnist5k (images, the default), agnews (text, fastText) or "
+                             "shakespeare (characters, CharLSTM)")
     args = parser.parse_args()
-    global clock
+    global clock, workload, LR
     clock = CLOCKS[args.clock]
+    workload = WORKLOADS[args.workload]
+    LR = workload.lr
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
 
@@ -220,12 +273,14 @@ def main() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     data = make_data()
     compute, samples = compute_time(data)  # warm-up; measured again in the loop below
-    floor, throughput = analytic_floor(data, samples)
     clients = data.num_clients
     print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; "
-          f"{clients} clients, {samples} training samples per round, batch {BATCH}")
-    print(f"analytic floor        {floor:8.3f} s/round  ({throughput / 1e9:.1f} GFLOP/s at "
-          "batch 256)")
+          f"{args.workload} ({workload.backbone}), {clients} clients, {samples} training "
+          f"samples per round, batch {BATCH}")
+    if workload.countable:
+        floor, throughput = analytic_floor(data, samples)
+        print(f"analytic floor        {floor:8.3f} s/round  ({throughput / 1e9:.1f} GFLOP/s at "
+              "batch 256)")
     # Tight loop, raw loop and fedlight alternate so that load from other processes hits all
     # alike; the fastest repeat of each is kept.
     compute, raw = math.inf, math.inf

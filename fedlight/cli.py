@@ -78,6 +78,8 @@ class FedlightCLI(LightningCLI):
                               apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape",
                               apply_on="instantiate")
+        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size",
+                              apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
         """fedlight checkpoints hold the run state, not model hyper-parameters."""

@@ -19,6 +19,7 @@ from fedlight.data.domainnet10 import CLASSES as DOMAINNET_CLASSES
 from fedlight.data.domainnet10 import DOMAINS as DOMAINNET_DOMAINS
 from fedlight.data.office_caltech10 import CLASSES as OFFICE_CLASSES
 from fedlight.data.office_caltech10 import DOMAINS as OFFICE_DOMAINS
+from tests.text_fixtures import write_agnews, write_amazon, write_har, write_shakespeare
 
 
 def pixels(rng: np.random.Generator, label: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -143,5 +144,8 @@ WRITERS = {
     "imagefolder": imagefolder, "tinyimagenet": tinyimagenet, "cinic10": cinic10,
     "femnist": femnist, "office_caltech10": office_caltech10, "domainnet10": domainnet10,
     "digits5_real": digits5_real,
+    # text, character sequences, sensor signals, review features (tests/text_fixtures.py)
+    "agnews": write_agnews, "shakespeare": write_shakespeare, "har": write_har,
+    "amazon_review": write_amazon,
 }
 """Source name -> writer of its tiny files (``writer(root) -> root``)."""

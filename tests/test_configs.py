@@ -105,6 +105,10 @@ FIXTURE_ARGS = {
     "domainnet10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
                     '{"fc_dims": [64, 64]}'],
     "digits5_real": ["--data.image_size", "16"],  # digit_cnn: 2048 features, not 8192
+    "agnews": ["--data.num_clients", "3", "--data.min_client_size", "2"],
+    "shakespeare": ["--data.num_clients", "4", "--trainer.join_ratio", "1.0"],
+    "har": ["--data.num_clients", "5"],
+    "amazon_review": [],
 }
 
 

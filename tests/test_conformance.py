@@ -8,6 +8,10 @@ default backbone) on synthetic 1x28x28 data:
 * averaging identical uploads gives back that upload;
 * the same seed gives the same metrics, and a resumed run the same as an uninterrupted one;
 * a few local steps on a tiny batch lower the method's own loss, in every local phase.
+
+The first two contracts, plus "same seed same metrics" and an exact resume, are also run for
+the methods the papers run on token ids, character sequences and sensor signals (GPFL, FedPer,
+FedRep, FedAvg and a privatization block string), on tiny files in the datasets' own formats.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
+from fedlight.data import FederatedDataModule
 from fedlight.federation.aggregate import weighted_mean
 from fedlight.federation.local import LocalLoop
 from tests.conftest import tiny_data, tiny_trainer
+from tests.text_fixtures import write_agnews, write_har, write_shakespeare
 
 NUM_CLASSES = 4
 SHAPE = (1, 28, 28)
@@ -86,7 +92,12 @@ def _metrics(run_dir) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize(("name", "cls"), CLASSES, ids=IDS)
 def test_same_seed_and_a_resumed_run_give_the_same_metrics(name, cls, tmp_path, monkeypatch):
-    """Run a: 2 rounds. Run b: 1 round, then resumed from its checkpoint to 2 rounds."""
+    assert_resume_is_exact(tmp_path, monkeypatch, lambda: build(cls), data)
+
+
+def assert_resume_is_exact(tmp_path, monkeypatch, make_client, make_data) -> None:
+    """Run a: 2 rounds. Run b: 1 round, then resumed from its checkpoint to 2 rounds. Same
+    metrics rows, global state and client states."""
     # the figures are not under test here and cost half of a tiny run
     monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
@@ -94,7 +105,7 @@ def test_same_seed_and_a_resumed_run_give_the_same_metrics(name, cls, tmp_path, 
     for run, rounds, ckpt_path in (("a", 2, None), ("b", 1, None), ("b", 2, "last")):
         trainers[run] = tiny_trainer(tmp_path, rounds=rounds, join_ratio=0.5, batch_size=10,
                                      run_name=run, checkpoint_every=1)
-        trainers[run].fit(build(cls), data(), ckpt_path=ckpt_path)
+        trainers[run].fit(make_client(), make_data(), ckpt_path=ckpt_path)
     full, resumed = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert len(full) == 2 and full == resumed
     for key, value in trainers["a"].global_state.items():
@@ -127,3 +138,68 @@ def test_local_steps_lower_the_loss_in_every_phase(name, cls):
         loop.run_phase(client, Phase(phase.name, 1, phase.trainable, lr_scale=phase.lr_scale),
                        same_batch_same_noise)
         assert losses[-1] < losses[0], f"{name}, phase {phase.name!r}: {losses}"
+
+
+# ===================================================================== other modalities
+#: modality -> (source, fixture writer, backbone, small backbone options, data options)
+MODALITIES = {
+    "tokens": ("agnews", write_agnews, "fasttext", {"embed_dim": 8},
+               {"partition": "dirichlet", "beta": 1.0, "min_client_size": 2,
+                "merge_test": True}),
+    "characters": ("shakespeare", write_shakespeare, "char_lstm", {"hidden_size": 16},
+                   {"partition": "natural", "merge_test": True, "train_fraction": 0.8}),
+    "signals": ("har", write_har, "har_cnn", {"fc_dims": (32, 16)},
+                {"partition": "natural", "merge_test": True}),
+}
+PAPER_METHODS = {"FedAvg": {}, "FedPer": {}, "FedRep": {}, "GPFL": {},
+                 "Privatize": {"way": "AaBb"}}
+MODALITY_CASES = [(m, c) for m in MODALITIES for c in PAPER_METHODS]
+
+
+@pytest.fixture(scope="module")
+def modality_roots(tmp_path_factory):
+    """One fixture folder per modality, written once for the module."""
+    return {name: spec[1](tmp_path_factory.mktemp(name)) for name, spec in MODALITIES.items()}
+
+
+def modality_data(modality: str, root) -> FederatedDataModule:
+    source, _, _, _, options = MODALITIES[modality]
+    return FederatedDataModule(source=source, root=str(root), num_clients=2, seed=0, **options)
+
+
+def modality_client(modality: str, method: str, datamodule) -> FederatedClient:
+    _, _, backbone, backbone_options, _ = MODALITIES[modality]
+    datamodule.setup()
+    torch.manual_seed(0)
+    return CLIENTS[method](backbone=backbone, backbone_kwargs=backbone_options,
+                          num_classes=datamodule.num_classes,
+                          input_shape=datamodule.input_shape, vocab_size=datamodule.vocab_size,
+                          **PAPER_METHODS[method])
+
+
+@pytest.mark.parametrize(("modality", "method"), MODALITY_CASES)
+def test_modality_upload_holds_exactly_the_shared_partition(modality, method, modality_roots):
+    module = modality_data(modality, modality_roots[modality])
+    client = modality_client(modality, method, module)
+    x, _ = module.client_train(0)
+    assert x.dtype == (torch.float32 if modality == "signals" else torch.int64)
+    client.context = ClientContext(
+        client_id=0, round=0, rounds=2, join_ratio=1.0, class_counts=module.class_counts(0),
+        participations=0, train_data=module.client_train(0), batch_size=10)
+    client.train()
+    client.on_round_start(0, {})
+    upload = client.upload()
+    assert list(upload.state) == list(client.partition.shared)
+    assert not set(upload.state) & set(client.partition.private)
+    assert not set(upload.payload) & set(client.partition.private)
+
+
+@pytest.mark.parametrize(("modality", "method"), MODALITY_CASES)
+def test_modality_same_seed_and_a_resumed_run_give_the_same_metrics(modality, method, tmp_path,
+                                                                     monkeypatch,
+                                                                     modality_roots):
+    root = modality_roots[modality]
+    assert_resume_is_exact(
+        tmp_path, monkeypatch,
+        lambda: modality_client(modality, method, modality_data(modality, root)),
+        lambda: modality_data(modality, root))

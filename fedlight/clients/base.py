@@ -150,6 +150,9 @@ class FederatedClient(L.LightningModule):
         extra_private: more glob patterns to keep private on top of the method's own, e.g.
             ``["model.head.*"]`` turns FedAvg into FedPer.
         backbone_kwargs: extra keyword arguments of the backbone constructor.
+        vocab_size: number of token ids of a token-sequence data source (text, characters),
+            handed to the backbone as its vocab_size; linked from the data module by the CLI,
+            None for other inputs.
     """
 
     #: When True the orchestrator measures personalized accuracy on each participant right
@@ -168,6 +171,7 @@ class FederatedClient(L.LightningModule):
         weight_decay: float = 0.0,
         extra_private: Sequence[str] = (),
         backbone_kwargs: dict[str, Any] | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         super().__init__()
         if optimizer not in OPTIMIZERS:
@@ -185,6 +189,8 @@ class FederatedClient(L.LightningModule):
         self.extra_private = tuple(extra_private)
         self.backbone_name = backbone
         self.backbone_kwargs = dict(backbone_kwargs or {})
+        if vocab_size is not None:
+            self.backbone_kwargs["vocab_size"] = vocab_size
         self.model = self.build_model()
         self.phase = "train"
         self.context: ClientContext | None = None

@@ -6,6 +6,7 @@ local steps of batch 10 are otherwise dominated by loader overhead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -136,7 +137,10 @@ class FederatedDataModule(L.LightningDataModule):
             (root/train/<class>/*, root/test/<class>/*), tinyimagenet (tiny-imagenet-200),
             cinic10 (train/ valid/ test/), femnist (LEAF's JSON, one group per writer),
             office_caltech10 and domainnet10 (one domain per client), digits5_real (FedBN's
-            Digits-Five files). Each module of fedlight.data documents its layout.
+            Digits-Five files), agnews (AG News CSVs), shakespeare (LEAF's JSON, one group
+            per role), har (the UCI HAR folder, one group per subject), amazon_review
+            (amazon.npz, one domain per product category). Each module of fedlight.data
+            documents its layout.
         num_clients: number of clients.
         partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries
@@ -180,7 +184,7 @@ class FederatedDataModule(L.LightningDataModule):
             split is also the global test set; needs merge_test: false.
         root: folder of the dataset (torchvision's, or a folder source's files).
         download: download the dataset into ``root`` when it is missing (torchvision
-            datasets, tinyimagenet, cinic10).
+            datasets, tinyimagenet, cinic10, agnews, har, amazon_review).
         seed: seed of the partition and the splits (independent of the training seed).
         batch_size: batch size of the plain-Lightning views (``client(i)``).
         synthetic_samples: number of samples of the ``synthetic`` source.
@@ -289,6 +293,23 @@ class FederatedDataModule(L.LightningDataModule):
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.data.input_shape)
+
+    @property
+    def vocab_size(self) -> int | None:
+        """Number of token ids of a token-sequence source (its vocabulary, padding id 0
+        included), None for other inputs; the CLI hands it to the backbone as vocab_size."""
+        vocab = self.data.vocab
+        return None if vocab is None else len(vocab)
+
+    def vocabulary_record(self) -> dict[str, Any] | None:
+        """Size and SHA-256 of the source's vocabulary (of its tokens joined by newlines),
+        recorded with a run's hyper-parameters so that a resumed run refuses other data;
+        None for sources without one."""
+        vocab = self.data.vocab
+        if vocab is None:
+            return None
+        digest = hashlib.sha256("\n".join(vocab).encode("utf-8")).hexdigest()
+        return {"size": len(vocab), "sha256": digest}
 
     # ----------------------------------------------------------------- partition
     def setup(self, stage: str | None = None) -> None:
@@ -463,9 +484,12 @@ class FederatedDataModule(L.LightningDataModule):
         }
 
     def save_partition(self, folder: str | Path) -> None:
-        """Write ``partition.json``, ``partition_stats.json`` and ``partition.png``."""
+        """Write ``partition.json``, ``partition_stats.json`` and ``partition.png``, and
+        ``vocab.json`` (the token of each id) for a token-sequence source."""
         folder = Path(folder)
         (folder / "partition.json").write_text(json.dumps(self.partition_record()))
+        if self.data.vocab is not None:
+            (folder / "vocab.json").write_text(json.dumps(self.data.vocab, ensure_ascii=False))
         stats = self.stats()
         (folder / "partition_stats.json").write_text(json.dumps(stats, indent=1))
         save_heatmap(stats, folder / "partition.png")

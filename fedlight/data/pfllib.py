@@ -4,7 +4,8 @@ PFLlib's generators write ``<folder>/train/<i>.npz`` and ``<folder>/test/<i>.npz
 ``np.savez_compressed`` of ``data={"x": ..., "y": ...}``, inputs already normalized) plus
 ``<folder>/config.json`` (``num_clients``, ``num_classes``, ...). The ``pfllib`` source reads
 such a folder as it is: client ``i`` trains on ``train/i.npz`` and is tested on
-``test/i.npz``; nothing is re-partitioned and nothing re-normalized.
+``test/i.npz``; nothing is re-partitioned and nothing re-normalized. Integer inputs are token
+ids and stay int64 (PFLlib's text folders hold ``(ids, length)`` pairs; the ids are read).
 
 A partition file (``data.partition: file``, ``data.partition_file: split.json``) gives
 per-client index lists over any source: ``{"clients": [{"train": [...], "test": [...]}]}``,
@@ -42,6 +43,17 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def _inputs(x: np.ndarray) -> torch.Tensor:
+    """The model's inputs: integer arrays are token ids and stay int64 (PFLlib's text
+    generators store each sample as an ``(ids, length)`` pair: the ids are kept), anything
+    else becomes float32."""
+    if x.dtype == object and x.ndim == 2 and x.shape[1] == 2:
+        x = np.stack([np.asarray(ids) for ids in x[:, 0]])
+    if np.issubdtype(x.dtype, np.integer):
+        return torch.from_numpy(x.astype(np.int64))
+    return torch.from_numpy(x.astype(np.float32))
+
+
 def load_pfllib(root: str | None) -> SourceData:
     """Read a PFLlib dataset folder; the returned ``SourceData`` carries its client split."""
     if root is None:
@@ -71,7 +83,7 @@ def load_pfllib(root: str | None) -> SourceData:
     if y_all.min() < 0 or y_all.max() >= num_classes:
         raise ValueError(f"labels in {str(folder)!r} fall outside 0..{num_classes - 1}")
     return SourceData(
-        x_train=torch.from_numpy(np.concatenate(xs).astype(np.float32)),
+        x_train=_inputs(np.concatenate(xs)),
         y_train=torch.from_numpy(y_all), x_test=None, y_test=None, num_classes=num_classes,
         client_splits=tuple((train, test) for train, test in splits),
     )

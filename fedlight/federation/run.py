@@ -150,9 +150,11 @@ def default_run_name(client: Any, datamodule: Any, seed: int) -> str:
 def describe_run(client: Any, datamodule: Any, server: Any,
                  trainer: Mapping[str, Any]) -> dict[str, Any]:
     """The hyper-parameters logged with a run (and written as config.yaml from Python)."""
+    vocabulary = getattr(datamodule, "vocabulary_record", lambda: None)()
     return {"method": type(client).__name__, "server": type(server).__name__,
             "server_options": rule_options(server), "model": dict(client.hparams),
-            "data": dict(datamodule.hparams), "trainer": dict(trainer)}
+            "data": dict(datamodule.hparams), "trainer": dict(trainer),
+            **({"vocabulary": vocabulary} if vocabulary else {})}
 
 
 def rule_options(rule: Any) -> dict[str, Any]:

@@ -214,6 +214,15 @@ def _check_choice(name: str, value: str, valid: Sequence[str]) -> None:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
 
 
+def check_image_inputs(x: Tensor, where: str = "this data") -> None:
+    """Refuse inputs that are not images: DLG's score, PSNR, is defined on float images of
+    shape ``(B, C, H, W)``; token ids, signals and flat feature vectors have no such score."""
+    if not x.is_floating_point() or x.ndim != 4:
+        raise ValueError(f"the DLG leakage score (PSNR) needs image inputs, float (C, H, W) per "
+                         f"sample, but {where} has {str(x.dtype).replace('torch.', '')} inputs "
+                         f"of shape {tuple(x.shape[1:])}; remove DLGProbe for this data")
+
+
 # ===================================================================== attacking a client
 def attack_surface(client: FederatedClient, surface: str) -> nn.Module:
     """The module ``Phi`` the server attacks: ``"encoder"`` (GPFL's "-fe": the backbone's
@@ -261,10 +270,11 @@ def evaluate_client_leakage(
         The PSNR in dB (higher = more leakage).
 
     Raises:
-        ValueError: a parameter of ``Phi`` is not in the shared partition (the server never
-            receives its update).
+        ValueError: the inputs are not images (see :func:`check_image_inputs`), or a parameter
+            of ``Phi`` is not in the shared partition (the server never receives its update).
     """
     x, y = batch
+    check_image_inputs(x)
     phi = attack_surface(client, surface) if isinstance(surface, str) else surface
     names = _client_names(client, phi)
     shared = set(client.partition.shared)
@@ -385,6 +395,11 @@ class DLGProbe(Probe):
             raise ValueError(f"unknown DLGProbe option(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
 
+    def setup(self, trainer: Any) -> None:
+        """Refuse a run whose inputs are not images before its first round."""
+        data = trainer.datamodule
+        check_image_inputs(data.data.x_train[:1], f"data source {data.source!r}")
+
     def on_round_end(self, trainer: Any, round_idx: int) -> dict[str, float]:
         if (round_idx + 1) % self.every:
             return {}
@@ -404,5 +419,5 @@ def _leakage_options() -> set[str]:
     return names - {"seed", "batches", "step_lr", "value_range"} | {"value_range"}
 
 
-__all__ = ["DLGProbe", "attack_surface", "client_leakage", "dlg_attack", "evaluate_client_leakage",
-           "psnr"]
+__all__ = ["DLGProbe", "attack_surface", "check_image_inputs", "client_leakage", "dlg_attack",
+           "evaluate_client_leakage", "psnr"]
