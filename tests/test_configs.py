@@ -105,6 +105,7 @@ FIXTURE_ARGS = {
     "domainnet10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
                     '{"fc_dims": [64, 64]}'],
     "digits5_real": ["--data.image_size", "16"],  # digit_cnn: 2048 features, not 8192
+    "imagefolder": ["--data.image_size", "16"],  # as digits5_real (digit_cnn)
 }
 
 
