@@ -109,6 +109,7 @@ FIXTURE_ARGS = {
     "shakespeare": ["--data.num_clients", "4", "--trainer.join_ratio", "1.0"],
     "har": ["--data.num_clients", "5"],
     "amazon_review": [],
+    "imagefolder": ["--data.image_size", "16"],  # as digits5_real (digit_cnn)
 }
 
 

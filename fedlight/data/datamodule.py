@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from fedlight.data.domain_transforms import check_names, with_domain_transforms
 from fedlight.data.partition import PARTITIONS, partition_labels, split_client
 from fedlight.data.pfllib import read_partition_file
 from fedlight.data.sources import SourceData, load_source
@@ -194,6 +195,11 @@ class FederatedDataModule(L.LightningDataModule):
             cinic10, office_caltech10, domainnet10, digits5_real) to this square side; null
             keeps the files' size. Decoded images are cached in $FEDLIGHT_CACHE (default
             ~/.cache/fedlight; delete it to clear).
+        domain_transforms: make an image source cross-domain: its train and test samples
+            are split into one class-balanced domain per name (seeded by seed) and domain k
+            gets the k-th image transformation (identity, grey, invert, blur, rotate90,
+            jitter; see fedlight.data.domain_transforms), e.g. [identity, grey, invert,
+            blur, rotate90, jitter] with partition: domains; null = off.
     """
 
     def __init__(
@@ -222,6 +228,7 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_shape: Sequence[int] = (1, 28, 28),
         synthetic_classes: int = 10,
         image_size: int | None = None,
+        domain_transforms: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if num_clients < 1:
@@ -246,6 +253,8 @@ class FederatedDataModule(L.LightningDataModule):
         if max_train_samples is not None and max_train_samples < 1:
             raise ValueError(f"max_train_samples must be at least 1 or null for all, got "
                              f"{max_train_samples}")
+        if domain_transforms is not None:
+            check_names(domain_transforms)
         if max_client_samples is not None and max_client_samples < 2:
             raise ValueError(f"max_client_samples must be at least 2 (one train and one test "
                              f"sample) or null for all, got {max_client_samples}")
@@ -273,6 +282,7 @@ class FederatedDataModule(L.LightningDataModule):
             synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
             synthetic_classes=synthetic_classes, image_size=image_size,
         )
+        self.domain_transforms = None if domain_transforms is None else list(domain_transforms)
         self._data: SourceData | None = None
         self.splits: list[ClientSplit] | None = None
 
@@ -280,10 +290,14 @@ class FederatedDataModule(L.LightningDataModule):
     @property
     def data(self) -> SourceData:
         if self._data is None:
-            self._data = load_source(
+            data = load_source(
                 self.source, root=self.root, download=self.download, seed=self.seed,
                 **self.source_options,
             )
+            if self.domain_transforms is not None:
+                data = with_domain_transforms(data, self.domain_transforms, self.seed,
+                                              self.source)
+            self._data = data
         return self._data
 
     @property

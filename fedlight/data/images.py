@@ -265,12 +265,14 @@ def to_source(
     computing them on the float tensor.
     """
     scale, shift = _channel_affine(x_train)
+    std = 1.0 / (255.0 * scale)  # byte * scale + shift == (byte / 255 - mean) / std
     return SourceData(
         x_train=_affine(x_train, scale, shift),
         y_train=torch.as_tensor(np.asarray(y_train), dtype=torch.int64),
         x_test=None if x_test is None else _affine(x_test, scale, shift),
         y_test=None if y_test is None else torch.as_tensor(np.asarray(y_test), dtype=torch.int64),
         num_classes=num_classes,
+        pixel_standardization=(-shift * std, std),
     )
 
 

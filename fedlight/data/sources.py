@@ -68,6 +68,10 @@ class SourceData:
     group_names: list[str] | None = None
     # Token-sequence sources: x holds int64 token ids (0 = padding), vocab maps id -> token.
     vocab: list[str] | None = None
+    # Per-channel (mean, std), each shaped (1, C, 1, 1), with which images whose pixels were
+    # in [0, 1] became x (x = (pixels - mean) / std); None where the inputs are not such
+    # images (synthetic features, token ids). ``data.domain_transforms`` needs it.
+    pixel_standardization: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -93,15 +97,16 @@ class SourceRequest:
 
 def _standardize(
     x_train: torch.Tensor, x_test: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Standardize in place per channel (dim 1) with the train split's mean and std."""
+) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]:
+    """Standardize in place per channel (dim 1) with the train split's mean and std; also
+    returns that (mean, std)."""
     dims = [d for d in range(x_train.ndim) if d != 1]
     std, mean = torch.std_mean(x_train, dim=dims, keepdim=True)
     std = torch.where(std > _STD_FLOOR, std, torch.ones_like(std))
     x_train.sub_(mean).div_(std)
     if x_test is not None:
         x_test.sub_(mean).div_(std)
-    return x_train, x_test
+    return x_train, x_test, (mean, std)
 
 
 def _labels(y: object) -> torch.Tensor:
@@ -114,15 +119,18 @@ def _from_arrays(
     num_classes: int,
     x_test: torch.Tensor | None = None,
     y_test: object | None = None,
+    pixels: bool = True,
 ) -> SourceData:
-    """Standardize float32 inputs (already scaled to [0, 1]) and pack them."""
-    x_train, x_test = _standardize(x_train, x_test)
+    """Standardize float32 inputs and pack them; `pixels` says they are images scaled to
+    [0, 1] (the standardization is then recorded)."""
+    x_train, x_test, standardization = _standardize(x_train, x_test)
     return SourceData(
         x_train=x_train,
         y_train=_labels(y_train),
         x_test=x_test,
         y_test=None if y_test is None else _labels(y_test),
         num_classes=num_classes,
+        pixel_standardization=standardization if pixels else None,
     )
 
 
@@ -193,7 +201,8 @@ def _load_synthetic(seed: int, samples: int, shape: tuple[int, ...], classes: in
     labels = rng.permutation(np.arange(samples) % classes)  # balanced: counts differ by <= 1
     means = _class_means(rng, classes, shape)
     x = means[labels] + rng.standard_normal((samples, *shape))
-    return _from_arrays(torch.as_tensor(x, dtype=torch.float32), labels, num_classes=classes)
+    return _from_arrays(torch.as_tensor(x, dtype=torch.float32), labels, num_classes=classes,
+                        pixels=False)
 
 
 # ---------------------------------------------------------------------------- torchvision
