@@ -17,7 +17,7 @@ from fedlight.flower.client import ClientNode  # noqa: E402
 from fedlight.flower.codec import unpack  # noqa: E402
 from fedlight.flower.inline import InlineGrid, run_inline  # noqa: E402
 from fedlight.flower.server import serve  # noqa: E402
-from fedlight.flower.setup import load_run  # noqa: E402
+from fedlight.flower.settings import load_run  # noqa: E402
 from fedlight.flower.simulate import simulate  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -94,17 +94,17 @@ def test_fedper_under_flower_matches_fit_and_keeps_the_head_on_the_client(tmp_pa
 
     head = set(run.model.partition.private)
     assert head and all(".head." in k for k in head)
-    uploads = [m.content for m in grids[0].sent if "upload" in m.content]
+    uploads = [m.content for m in grids[0].sent if "result" in m.content]
     assert len(uploads) == 2 * 2  # two rounds, a tenth of 20 clients
     for content in uploads:
-        sent = set(content["arrays"]) | set(unpack(content["upload"]["payload"]))
+        sent = set(content["arrays"]) | set(unpack(content["result"]["payload"]))
         assert sent == set(run.model.partition.shared) and not sent & head
 
     # The head lives on the client's disk; a restarted SuperNode reads it back as fit's.
+    run_key = Path(outcome.summary["run_dir"]).name
     for client_id, private in trainer.client_states.items():
-        folder = next((tmp_path / "state").glob(f"run-*/client-{client_id}"))
-        node = ClientNode(run, client_id, folder)
-        node.restore()
+        node = ClientNode(run, client_id, tmp_path / "state" / run_key / f"client-{client_id}")
+        node.restore(before=2)
         stored = node.population.states[client_id]
         assert set(stored) == head
         for key in head:
@@ -128,13 +128,21 @@ def test_private_modules_payloads_and_scores_after_training_work_under_flower(
         assert outcome.summary["last_personalized_accuracy"] == pytest.approx(
             _fit(config, overrides).history[-1]["personalized_accuracy"], rel=1e-6)
     assert (Path(outcome.summary["run_dir"]) / "summary.json").is_file()
-    assert list((tmp_path / "state").glob("run-*/client-*/state.pt"))
+    assert list((tmp_path / "state").glob("*/client-*/round-*.pt"))
 
 
-def test_unsupported_trainer_options_are_rejected(tmp_path):
-    with pytest.raises(ValueError, match="drop_rate=0.2"):
-        load_run(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"),
-                 tuple(_tiny(tmp_path, "--trainer.drop_rate", "0.2")))
+def test_dropout_under_flower_matches_fit(tmp_path):
+    overrides = _tiny(tmp_path, "--trainer.join_ratio", "0.2", "--trainer.drop_rate", "0.5")
+    trainer = _fit("fedavg/mnist5k_dirichlet.yaml", overrides)
+    _, outcome = _flower("fedavg/mnist5k_dirichlet.yaml", overrides, tmp_path / "state")
+    assert [r["dropped"] for r in outcome.history] == [2]
+    _same_run(outcome, trainer)
+
+
+def test_probes_are_refused_under_flower(tmp_path):
+    with pytest.raises(ValueError, match="probes are not supported under Flower"):
+        _flower("fedavg/mnist5k_dirichlet.yaml",
+                _tiny(tmp_path, "--trainer.probes+=DLGProbe"), tmp_path / "state")
 
 
 def test_a_client_id_outside_the_federation_is_rejected(tmp_path):
