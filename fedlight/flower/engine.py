@@ -82,7 +82,7 @@ class FlowerEngine:
         """
         deadline = time.monotonic() + self.discovery_timeout
         while True:
-            self.ask_new_nodes()
+            self.ask_new_nodes(max(1.0, deadline - time.monotonic()))
             missing = sorted(set(range(self.num_clients)) - set(self.nodes))
             if not missing:
                 return
@@ -91,14 +91,15 @@ class FlowerEngine:
                                    f"{self.discovery_timeout} s")
             time.sleep(0.5)
 
-    def ask_new_nodes(self) -> None:
-        """Ask the nodes not asked yet which client they play."""
+    def ask_new_nodes(self, timeout: float | None = None) -> None:
+        """Ask the nodes not asked yet which client they play (waiting at most timeout
+        seconds for their answers; a node that has not answered is asked again next time)."""
         new = [n for n in self.grid.get_node_ids() if n not in self.asked]
         if not new:
             return
         messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
                     for n in new]
-        for reply in self.grid.send_and_receive(messages, timeout=30.0):
+        for reply in self.grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
                 continue
             answer = reply.content["client"]
@@ -121,7 +122,7 @@ class FlowerEngine:
     def exchange(self, contents: Mapping[int, RecordDict],
                  kind: str) -> dict[int, Message | str]:
         """Send each client its content; each client's reply, or why there is none."""
-        self.ask_new_nodes()
+        self.ask_new_nodes(self.round_timeout)
         sent = {c: Message(content, dst_node_id=self.nodes[c], message_type=kind)
                 for c, content in contents.items() if c in self.nodes}
         client_of = {message.metadata.dst_node_id: c for c, message in sent.items()}
