@@ -296,3 +296,16 @@ def test_the_flower_client_starts_from_the_rounds_loss_scale(tmp_path):
     shared = {k: v for k, v in run.model.state_dict().items() if k in run.model.partition.shared}
     result = node.train(TrainTask(0, 0, shared, {}, loss_scale=1024.0))
     assert node.grad_scale.scaler.get_scale() == 1024.0 and result.loss_scale == 1024.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="16-mixed (fp16 loss scaling) needs a GPU")
+def test_fp16_loss_scale_under_flower_matches_fit(tmp_path):
+    overrides = _tiny(tmp_path, *FOUR, "--trainer.accelerator", "cuda", "--trainer.precision",
+                      "16-mixed")
+    trainer = _fit(FEDAVG, overrides)
+    outcome = _inline(tmp_path, overrides)
+    assert trainer.grad_scale.value is not None
+    assert load_run(str(CONFIGS / FEDAVG), tuple(overrides)).trainer.grad_scale.value == (
+        trainer.grad_scale.value)
+    _same_run(outcome, trainer)
