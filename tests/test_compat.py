@@ -28,3 +28,22 @@ def test_flower_message_ids_runs_and_task_identity_are_where_compat_puts_them():
     reply = Message(RecordDict(), reply_to=message)
     assert reply.metadata.reply_to_message_id == "abc"
     assert empty_flower_run(7).run_id == 7
+
+
+def test_only_the_command_line_imports_the_command_line():
+    """No import circle through fedlight.cli: the Flower apps and fedlight interpolate read
+    configs with fedlight.config, never with the CLI class."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "fedlight"
+    importers = []
+    for path in package.rglob("*.py"):
+        if path == package / "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if "fedlight.cli" in names:
+                importers.append(str(path.relative_to(package)))
+    assert importers == []

@@ -36,7 +36,7 @@ COMMON = ["--data.num_clients", str(CLIENTS), "--trainer.join_ratio", "1.0",
           "--trainer.batch_size", "32", "--trainer.progress_bar", "false",
           "--trainer.verbose", "false", "--trainer.threads", "1", "--trainer.checkpoint_every",
           "1"]
-WAIT = 90.0  # seconds any one step may take
+WAIT = 120.0  # seconds any one step may take (each message starts a ClientApp process)
 
 
 def free_port() -> int:
@@ -153,44 +153,43 @@ def comparable(table: list[dict[str, str]]) -> list[dict[str, float]]:
             for row in table]
 
 
-@pytest.mark.parametrize("config", ["fedavg/mnist5k_dirichlet.yaml",
-                                    "fedper/mnist5k_dirichlet.yaml"])
-def test_a_flower_deployment_gives_the_metrics_of_fit(federation, tmp_path, config):
-    overrides = [*COMMON, "--trainer.rounds", "2", "--trainer.eval_every", "2"]
-    runs = tmp_path / "runs"
-    federation.submit(config, [*overrides, "--trainer.default_root_dir", str(runs)])
-    summary = wait_for(lambda: next((finished(f) for f in runs.glob("*")), None),
-                       "the Flower run finishing", timeout=2 * WAIT)
-    assert summary["engine"] == "flower" and summary["rounds"] == 2
-    expected = fit_rows(config, overrides, tmp_path / "fit")
-    got = comparable(rows(Path(summary["run_dir"])))
-    assert got == pytest.approx(comparable(expected), rel=1e-5)
+def run_folder(root: Path) -> Path:
+    return wait_for(lambda: next(iter(root.glob("*")), None), "the run folder")
 
 
-def test_a_stopped_supernode_is_dropped_restarted_reads_its_state_and_a_stopped_run_resumes(
-        federation, tmp_path):
-    config = "fedper/mnist5k_dirichlet.yaml"
-    overrides = [*COMMON, "--trainer.rounds", "4", "--trainer.default_root_dir",
-                 str(tmp_path / "runs")]
-    run_id = federation.submit(config, overrides)
-    folder = wait_for(lambda: next(iter((tmp_path / "runs").glob("*")), None), "the run folder")
-    wait_for(lambda: len(rows(folder)) >= 1, "round 1")
-    federation.stop("supernode-2")  # round 2 is under way: client 2 drops out of it
-    wait_for(lambda: len(rows(folder)) >= 2, "round 2 without client 2")
-    federation.start_supernode(2)  # back for round 3, from its state on disk
-    wait_for(lambda: len(rows(folder)) >= 3, "round 3")
-    federation.flwr("stop", str(run_id), "local")
-    time.sleep(2)
-    kept = rows(folder)
-    assert 3 <= len(kept) < 4 and (folder / "checkpoints" / "last.ckpt").is_file()
-    assert [int(r["dropped"] or 0) for r in kept[:3]] == [0, 1, 0]
-    state = federation.folder / "state" / folder.name / "client-2"
-    assert not (state / "round-1.pt").exists() and (state / "round-2.pt").is_file()
-
-    federation.submit(config, [*overrides, "--ckpt_path", "last"])
+def test_fedavg_on_flower_stopped_and_resumed_gives_the_metrics_of_fit(federation, tmp_path):
+    config = "fedavg/mnist5k_dirichlet.yaml"
+    overrides = [*COMMON, "--trainer.rounds", "2", "--trainer.eval_every", "1"]
+    flower = [*overrides, "--trainer.default_root_dir", str(tmp_path / "runs")]
+    run_id = federation.submit(config, flower)
+    folder = run_folder(tmp_path / "runs")
+    wait_for(lambda: len(rows(folder)) >= 1, "round 1", timeout=2 * WAIT)
+    federation.flwr("stop", str(run_id), "local")  # round 2 is under way
+    wait_for(lambda: (folder / "checkpoints" / "last.ckpt").is_file(), "the checkpoint")
+    federation.submit(config, [*flower, "--ckpt_path", "last"])
     summary = wait_for(lambda: finished(folder), "the resumed run finishing", timeout=2 * WAIT)
-    assert summary["rounds"] == 4
-    assert comparable(rows(folder)[:3]) == comparable(kept[:3])
+    assert summary["engine"] == "flower" and summary["rounds"] == 2
+    expected = comparable(fit_rows(config, overrides, tmp_path / "fit"))
+    assert comparable(rows(folder)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_fedper_on_flower_with_a_supernode_stopped_and_restarted(federation, tmp_path):
+    config = "fedper/mnist5k_dirichlet.yaml"
+    overrides = [*COMMON, "--trainer.rounds", "3", "--trainer.eval_every", "1"]
+    federation.submit(config, [*overrides, "--trainer.default_root_dir", str(tmp_path / "runs")])
+    folder = run_folder(tmp_path / "runs")
+    wait_for(lambda: len(rows(folder)) >= 1, "round 1", timeout=2 * WAIT)
+    federation.stop("supernode-2")  # round 2 is under way: client 2 drops out of it
+    wait_for(lambda: len(rows(folder)) >= 2, "round 2 without client 2", timeout=2 * WAIT)
+    federation.start_supernode(2)  # back for round 3, from its state on disk
+    summary = wait_for(lambda: finished(folder), "the run finishing", timeout=2 * WAIT)
+    got = rows(folder)
+    assert [int(r["dropped"] or 0) for r in got] == [0, 1, 0] and summary["rounds"] == 3
+    state = federation.folder / "state" / folder.name / "client-2"
+    # it trained round 3 from its state after round 1 (round 2's was never written)
+    assert not (state / "round-1.pt").exists() and (state / "round-2.pt").is_file()
+    expected = comparable(fit_rows(config, overrides, tmp_path / "fit"))
+    assert comparable(got[:1]) == pytest.approx(expected[:1], rel=1e-5)  # before the fault
 
 
 if __name__ == "__main__":  # pragma: no cover
