@@ -36,7 +36,9 @@ COMMON = ["--data.num_clients", str(CLIENTS), "--trainer.join_ratio", "1.0",
           "--trainer.batch_size", "32", "--trainer.progress_bar", "false",
           "--trainer.verbose", "false", "--trainer.threads", "1", "--trainer.checkpoint_every",
           "1"]
-WAIT = 120.0  # seconds any one step may take (each message starts a ClientApp process)
+# Seconds any one step may take (each message starts a ClientApp process); a slow machine
+# may set FEDLIGHT_FLOWER_WAIT higher.
+WAIT = float(os.environ.get("FEDLIGHT_FLOWER_WAIT", "120"))
 
 
 def free_port() -> int:

@@ -87,7 +87,10 @@ class ClientEngine(Protocol):
     """How a run's clients are carried out.
 
     holds_clients: whether this process holds the clients' data and private states (the
-    simulator) or they live elsewhere (SuperNodes); the trainer checkpoints them only then.
+    simulator) or they live elsewhere (SuperNodes); the trainer checkpoints them only then,
+    and only then does a first SIGINT / SIGTERM let the round in progress finish (a
+    deployment's stop request also closes its transport, so such a run stops at once and
+    resumes from its last checkpoint).
     """
 
     holds_clients: bool

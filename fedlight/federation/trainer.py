@@ -12,6 +12,7 @@ on the order, process or engine in which clients are trained.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -359,8 +360,9 @@ class FederatedTrainer(RunCheckpoints):
         """Rounds ``start_round`` .. ``rounds - 1``; a first SIGINT / SIGTERM ends the loop after
         the round in progress, with a checkpoint of it (RunInterrupted)."""
         self.protocol.keep_from = start_round
+        signals = StopSignals(announce=self.dist.is_writer)
         with (self.writer.progress(self.rounds) as progress,
-              StopSignals(announce=self.dist.is_writer) as signals):
+              signals if self.engine.holds_clients else contextlib.nullcontext()):
             progress.advance_to(start_round)
             for round_idx in range(start_round, self.rounds):
                 row = self._run_round(round_idx)
