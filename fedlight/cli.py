@@ -30,6 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
+from fedlight.config import add_run_arguments
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
 from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, exit_with_error
@@ -69,17 +70,7 @@ class FedlightCLI(LightningCLI):
         """No ``--seed_everything``: ``trainer.seed`` is the one seed of a run."""
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_class_arguments(FederatedTrainer, "trainer", fail_untyped=False)
-        parser.add_lightning_class_args(FederatedClient, "model", subclass_mode=True)
-        parser.add_lightning_class_args(FederatedDataModule, "data")
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_classes", "model.init_args.num_classes",
-                              apply_on="instantiate")
-        parser.link_arguments("data.input_shape", "model.init_args.input_shape",
-                              apply_on="instantiate")
-        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size",
-                              apply_on="instantiate")
+        add_run_arguments(parser)
 
     def _parse_ckpt_path(self) -> None:
         """fedlight checkpoints hold the run state, not model hyper-parameters."""

@@ -173,21 +173,16 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
 
 # ===================================================================== command line
 def load_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
-    """Rebuild a run's client and data module from its ``config.yaml`` (through the CLI's
-    parser, so short class names and linked arguments resolve as in ``fedlight fit``)."""
-    from fedlight.cli import FedlightCLI
+    """Rebuild a run's client and data module from its ``config.yaml`` (read as ``fedlight
+    fit`` reads it, so short class names and linked arguments resolve the same)."""
+    from fedlight.config import read_config
 
     config = Path(run_dir) / "config.yaml"
     if not config.is_file():
         raise FileNotFoundError(f"{str(config)!r} does not exist: pass a run folder written "
                                 "by `fedlight fit`")
-
-    class _Build(FedlightCLI):
-        def _run_subcommand(self, subcommand: str) -> None:  # build, do not train
-            pass
-
-    cli = _Build(args=["fit", "-c", str(config), "--trainer.progress_bar", "false"])
-    return cli.model, cli.datamodule
+    run = read_config(config, ["--trainer.progress_bar", "false"])
+    return run.model, run.datamodule
 
 
 def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | None = None,

@@ -3,7 +3,7 @@ import torch
 
 from fedlight.federation.aggregate import (
     WeightedSum,
-    aggregation_weights,
+    aggregation_weight,
     state_bytes,
     weighted_mean,
 )
@@ -54,11 +54,11 @@ def test_weighted_sum_rejects_bad_input():
     assert WeightedSum().mean() == {}
 
 
-def test_aggregation_weights():
-    assert aggregation_weights([3, 5], "samples") == [3.0, 5.0]
-    assert aggregation_weights([3, 5], "uniform") == [1.0, 1.0]
+def test_aggregation_weight():
+    assert aggregation_weight(3, "samples") == 3.0
+    assert aggregation_weight(5, "uniform") == 1.0
     with pytest.raises(ValueError, match="'median'.*samples, uniform"):
-        aggregation_weights([1], "median")
+        aggregation_weight(1, "median")
 
 
 def test_state_bytes_counts_nested_tensors():

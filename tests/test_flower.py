@@ -1,9 +1,12 @@
 """fedlight under Flower: the same client modules and server rules, driven by Flower's
 ClientApp / ServerApp / Strategy, give the run fedlight fit gives."""
 
+import dataclasses
 import importlib
 import json
+import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,12 +15,14 @@ import torch
 pytest.importorskip("flwr")
 
 from fedlight.cli import FedlightCLI, main  # noqa: E402
+from fedlight.federation.protocol import TrainTask  # noqa: E402
+from fedlight.federation.server.mean import WeightedMean  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
 from fedlight.flower.client import ClientNode  # noqa: E402
-from fedlight.flower.codec import unpack  # noqa: E402
+from fedlight.flower.codec import decode_task, encode_task, unpack, unpack_scores  # noqa: E402
 from fedlight.flower.inline import InlineGrid, run_inline  # noqa: E402
 from fedlight.flower.server import serve  # noqa: E402
-from fedlight.flower.setup import load_run  # noqa: E402
+from fedlight.flower.settings import load_run  # noqa: E402
 from fedlight.flower.simulate import simulate  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -94,17 +99,17 @@ def test_fedper_under_flower_matches_fit_and_keeps_the_head_on_the_client(tmp_pa
 
     head = set(run.model.partition.private)
     assert head and all(".head." in k for k in head)
-    uploads = [m.content for m in grids[0].sent if "upload" in m.content]
+    uploads = [m.content for m in grids[0].sent if "result" in m.content]
     assert len(uploads) == 2 * 2  # two rounds, a tenth of 20 clients
     for content in uploads:
-        sent = set(content["arrays"]) | set(unpack(content["upload"]["payload"]))
+        sent = set(content["arrays"]) | set(unpack(content["result"]["payload"]))
         assert sent == set(run.model.partition.shared) and not sent & head
 
     # The head lives on the client's disk; a restarted SuperNode reads it back as fit's.
+    run_key = Path(outcome.summary["run_dir"]).name
     for client_id, private in trainer.client_states.items():
-        folder = next((tmp_path / "state").glob(f"run-*/client-{client_id}"))
-        node = ClientNode(run, client_id, folder)
-        node.restore()
+        node = ClientNode(run, client_id, tmp_path / "state" / run_key / f"client-{client_id}")
+        node.restore(before=2)
         stored = node.population.states[client_id]
         assert set(stored) == head
         for key in head:
@@ -128,13 +133,21 @@ def test_private_modules_payloads_and_scores_after_training_work_under_flower(
         assert outcome.summary["last_personalized_accuracy"] == pytest.approx(
             _fit(config, overrides).history[-1]["personalized_accuracy"], rel=1e-6)
     assert (Path(outcome.summary["run_dir"]) / "summary.json").is_file()
-    assert list((tmp_path / "state").glob("run-*/client-*/state.pt"))
+    assert list((tmp_path / "state").glob("*/client-*/round-*.pt"))
 
 
-def test_unsupported_trainer_options_are_rejected(tmp_path):
-    with pytest.raises(ValueError, match="drop_rate=0.2"):
-        load_run(str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"),
-                 tuple(_tiny(tmp_path, "--trainer.drop_rate", "0.2")))
+def test_dropout_under_flower_matches_fit(tmp_path):
+    overrides = _tiny(tmp_path, "--trainer.join_ratio", "0.2", "--trainer.drop_rate", "0.5")
+    trainer = _fit("fedavg/mnist5k_dirichlet.yaml", overrides)
+    _, outcome = _flower("fedavg/mnist5k_dirichlet.yaml", overrides, tmp_path / "state")
+    assert [r["dropped"] for r in outcome.history] == [2]
+    _same_run(outcome, trainer)
+
+
+def test_probes_are_refused_under_flower(tmp_path):
+    with pytest.raises(ValueError, match="probes are not supported under Flower"):
+        _flower("fedavg/mnist5k_dirichlet.yaml",
+                _tiny(tmp_path, "--trainer.probes+=DLGProbe"), tmp_path / "state")
 
 
 def test_a_client_id_outside_the_federation_is_rejected(tmp_path):
@@ -170,3 +183,129 @@ def test_the_example_flower_app_names_fedlights_apps_and_a_runnable_config():
         assert hasattr(importlib.import_module(module), attribute)
     run = load_run(str(app / flwr_app["config"]["config"]), ("--trainer.rounds", "1"))
     assert run.method == "FedAvg" and run.datamodule.num_clients == 4
+
+
+# ----------------------------------------------------------------- lifecycle and defects
+FEDAVG = "fedavg/mnist5k_dirichlet.yaml"
+FOUR = ["--data.num_clients", "4", "--trainer.join_ratio", "1.0", "--trainer.eval_every", "1",
+        "--trainer.checkpoint_every", "1"]
+
+
+def _inline(tmp_path, overrides, num_nodes=4, state="state"):
+    out = []
+    run_inline(build_server_app(str(CONFIGS / FEDAVG), overrides, on_finish=out.append),
+               build_client_app(str(CONFIGS / FEDAVG), overrides, str(tmp_path / state)),
+               num_nodes)
+    return out[0]
+
+
+def test_the_same_config_served_twice_in_one_process_gives_the_same_run(tmp_path):
+    overrides = _tiny(tmp_path, *FOUR, "--server", "FedAdam", "--server.lr", "0.05")
+    first, second = _inline(tmp_path, overrides), _inline(tmp_path, overrides)
+    for key, value in first.global_state.items():
+        assert torch.equal(value, second.global_state[key]), key
+
+
+def test_a_client_exception_under_flower_counts_as_a_dropped_client(tmp_path, monkeypatch):
+    original = ClientNode.train
+
+    def breaks_on_client_1(self, task):
+        if self.client_id == 1 and task.round_idx == 1:
+            raise RuntimeError("client 1 broke")
+        return original(self, task)
+
+    monkeypatch.setattr(ClientNode, "train", breaks_on_client_1)
+    outcome = _inline(tmp_path, _tiny(tmp_path, *FOUR))
+    assert [row.get("dropped", 0) for row in outcome.history] == [0, 1]
+    assert outcome.summary["rounds"] == 2
+
+
+class _FailsAtRoundTwo(WeightedMean):
+    def end_round(self, collectives):
+        if getattr(self, "ended", 0) == 1:
+            raise RuntimeError("the server broke")
+        self.ended = getattr(self, "ended", 0) + 1
+        super().end_round(collectives)
+
+
+def test_a_failed_flower_run_keeps_the_rounds_it_wrote(tmp_path):
+    overrides = _tiny(tmp_path, *FOUR, "--trainer.checkpoint_every", "5")
+    run = dataclasses.replace(load_run(str(CONFIGS / FEDAVG), tuple(overrides)),
+                              server=_FailsAtRoundTwo())
+    grid = InlineGrid(build_client_app(str(CONFIGS / FEDAVG), overrides,
+                                       str(tmp_path / "state")), 4)
+    with pytest.raises(RuntimeError, match="the server broke"):
+        serve(grid, run)
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert (folder / "metrics.csv").read_text().count("\n") == 2  # header + round 1
+
+
+def test_a_flower_run_checkpoints_and_resumes_like_fit(tmp_path):
+    whole = _inline(tmp_path, _tiny(tmp_path / "whole", *FOUR, "--trainer.rounds", "3"),
+                    state="whole")
+    _inline(tmp_path, _tiny(tmp_path, *FOUR))  # stops after round 2 of 3
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert (folder / "checkpoints" / "last.ckpt").is_file()
+    resumed = _inline(tmp_path, _tiny(tmp_path, *FOUR, "--trainer.rounds", "3",
+                                      "--ckpt_path", "last"))
+    assert resumed.summary["run_dir"] == str(folder)
+    assert _rows(resumed.history) == pytest.approx(_rows(whole.history))
+    for key, value in whole.global_state.items():
+        assert torch.equal(value, resumed.global_state[key]), key
+
+
+def test_a_wrong_number_of_supernodes_fails_at_once_naming_both_numbers(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="3 SuperNodes.*data.num_clients=4"):
+        _inline(tmp_path, _tiny(tmp_path, *FOUR), num_nodes=3)
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_bfloat16_states_travel_bit_for_bit():
+    state = {"w": torch.randn(3, 4).to(torch.bfloat16), "n": torch.tensor(7),
+             "b": torch.randn(2)}
+    task = TrainTask(2, 5, state, {"p": torch.ones(2, dtype=torch.bfloat16)}, True, 512.0, 3)
+    decoded, run_key = decode_task(encode_task(task, "run-a"))
+    assert run_key == "run-a" and decoded.loss_scale == 512.0 and decoded.keep_from == 3
+    for key, value in state.items():
+        assert decoded.shared[key].dtype == value.dtype and torch.equal(decoded.shared[key], value)
+    assert torch.equal(decoded.message["p"], task.message["p"])
+
+
+def test_class_counts_leave_a_client_only_when_the_run_shares_them(tmp_path):
+    grids = []
+
+    def grid(*args):
+        grids.append(_RecordingGrid(*args))
+        return grids[-1]
+
+    overrides = _tiny(tmp_path, *FOUR, "--trainer.rounds", "1", "--trainer.share_class_counts",
+                      "false")
+    _, outcome = _flower(FEDAVG, overrides, tmp_path / "state", grid)
+    scores = [unpack_scores(m.content["scores"]["scores"]) for m in grids[0].sent
+              if "scores" in m.content]
+    assert len(scores) == 4 and all(not s["personalized"].class_counts for s in scores)
+    assert math.isnan(outcome.history[-1]["personalized_macro_f1"])
+
+
+def test_the_flower_client_starts_from_the_rounds_loss_scale(tmp_path):
+    run = load_run(str(CONFIGS / FEDAVG), tuple(_tiny(tmp_path, *FOUR)))
+    node = ClientNode(run, 0, tmp_path / "client-0")
+    node.grad_scale.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    shared = {k: v for k, v in run.model.state_dict().items() if k in run.model.partition.shared}
+    result = node.train(TrainTask(0, 0, shared, {}, loss_scale=1024.0))
+    assert node.grad_scale.scaler.get_scale() == 1024.0 and result.loss_scale == 1024.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="16-mixed (fp16 loss scaling) needs a GPU")
+def test_fp16_loss_scale_under_flower_matches_fit(tmp_path):
+    overrides = _tiny(tmp_path, *FOUR, "--trainer.accelerator", "cuda", "--trainer.precision",
+                      "16-mixed")
+    trainer = _fit(FEDAVG, overrides)
+    outcome = _inline(tmp_path, overrides)
+    assert trainer.grad_scale.value is not None
+    assert load_run(str(CONFIGS / FEDAVG), tuple(overrides)).trainer.grad_scale.value == (
+        trainer.grad_scale.value)
+    _same_run(outcome, trainer)

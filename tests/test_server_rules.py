@@ -240,9 +240,9 @@ class OffsetPerClient(WeightedMean):
 
 
 def test_each_client_trains_from_its_own_download(tmp_path):
-    rule = OffsetPerClient()
     trainer = tiny_trainer(tmp_path, rounds=1, verbose=False)
-    trainer.fit(make_client(FedAvg, lr=1e-6), tiny_data(), server=rule)
+    trainer.fit(make_client(FedAvg, lr=1e-6), tiny_data(), server=OffsetPerClient())
+    rule = trainer.server  # the run's own copy of the rule
     assert sorted(rule.reports) == [0, 1, 2, 3]
     for client_id, state in rule.reports.items():
         sent = rule.sent[client_id]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedlight.federation.aggregate import WeightedSum, aggregation_weights, weighted_mean
+from fedlight.federation.aggregate import WeightedSum, aggregation_weight, weighted_mean
 from fedlight.federation.sampling import derive_seed, sample_clients
 
 
@@ -20,5 +20,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["FederatedTrainer", "WeightedSum", "aggregation_weights", "derive_seed",
+__all__ = ["FederatedTrainer", "WeightedSum", "aggregation_weight", "derive_seed",
            "sample_clients", "weighted_mean"]

@@ -16,11 +16,10 @@ from torch import Tensor
 WEIGHTINGS = ("samples", "uniform")
 
 
-def _accumulator_dtype(tensor: Tensor) -> torch.dtype:
-    # Everything is summed in float64: integer buffers (BatchNorm's num_batches_tracked) and
-    # half precision get an exact enough mean, and a single client's state comes back bit for
-    # bit (w * n / n is exact in float64 for a float32 w). Cast back to the original dtype.
-    return torch.float64
+# Everything is summed in float64: integer buffers (BatchNorm's num_batches_tracked) and half
+# precision get an exact enough mean, and a single client's state comes back bit for bit
+# (w * n / n is exact in float64 for a float32 w). The mean is cast back to each dtype.
+ACCUMULATOR_DTYPE = torch.float64
 
 
 class WeightedSum:
@@ -39,7 +38,7 @@ class WeightedSum:
             raise ValueError("all aggregated states must have the same keys")
         for key, tensor in state.items():
             if key not in self.sums:
-                self.sums[key] = torch.zeros(tensor.shape, dtype=_accumulator_dtype(tensor),
+                self.sums[key] = torch.zeros(tensor.shape, dtype=ACCUMULATOR_DTYPE,
                                              device=tensor.device)
                 self.dtypes[key] = tensor.dtype
             # One fused multiply-add with dtype promotion: no float64 copy of the state (as
@@ -76,13 +75,14 @@ def weighted_mean(
     return total.mean()
 
 
-def aggregation_weights(sample_counts: Sequence[float], weighting: str) -> list[float]:
-    """Per-client weights: the sample counts, or all ones for ``uniform``."""
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
+def aggregation_weight(samples: float, weighting: str) -> float:
+    """A report's weight in the server rule's reduction under trainer.weighting: the client's
+    training sample count (samples), or 1 (uniform)."""
+    if weighting == "samples":
+        return float(samples)
     if weighting == "uniform":
-        return [1.0] * len(sample_counts)
-    return [float(c) for c in sample_counts]
+        return 1.0
+    raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
 
 
 def state_bytes(state: Mapping[str, object]) -> int:

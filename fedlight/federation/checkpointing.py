@@ -116,8 +116,7 @@ class RunCheckpoints:
                              ckpt_path: str | None, stage: str) -> dict[str, float]:
         if needs_launch(self.fabric):  # several processes: start them, each evaluates
             return launch(self, "_evaluate_checkpoint", model, datamodule, ckpt_path, stage)
-        self.reinitialize = False  # the checkpoint holds the weights
-        self._prepare(model, datamodule)
+        self._prepare(model, datamodule, reinit=False)  # the checkpoint holds the weights
         try:
             file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))

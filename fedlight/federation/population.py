@@ -14,7 +14,6 @@ from fedlight.clients.base import ClientContext, FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.local import LocalLoop, LocalResult
-from fedlight.federation.precision import RoundGradScale
 from fedlight.federation.store import ClientStore, make_store
 
 Batch = tuple[Tensor, Tensor]
@@ -102,19 +101,15 @@ class Population:
 
     def train(self, client: FederatedClient, loop: LocalLoop, client_id: int, round_idx: int,
               shared: Mapping[str, Tensor], message: dict[str, Any], seed: int,
-              local_epochs: int, grad_scale: RoundGradScale | None = None) -> LocalResult:
+              local_epochs: int) -> LocalResult:
         """One client's round, as every engine runs it (the simulator, a Flower SuperNode):
         seed the global RNG and the batch order with seed, load the client, run its local
         phases with loop, call on_round_end, keep its private and optimizer state."""
         seed_global_rngs(seed, self.dist.device)
         self.start_training(client, client_id, round_idx, shared, message)
         phases = client.local_phases(local_epochs)
-        if grad_scale is not None:
-            grad_scale.begin_client()  # fp16: every client of a round starts from one scale
         result = loop.fit(client, self.train_data[client_id], torch.Generator().manual_seed(seed),
                           phases, self.optimizer_states.get(client_id))
-        if grad_scale is not None:
-            grad_scale.end_client()
         client.on_round_end()
         self.finish_training(client, client_id, result.optimizer_states)
         return result
@@ -137,12 +132,5 @@ class Population:
                                  (checkpoint.get("optimizer_states") or {}).items()}
         self.participations = list(checkpoint["participations"])
 
-    def close(self) -> None:
-        self.states.close()
 
-
-def cpu_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().to(torch.device("cpu")) for k, v in state.items()}
-
-
-__all__ = ["Population", "cpu_state"]
+__all__ = ["Population", "seed_global_rngs"]

@@ -1,107 +1,83 @@
-"""One communication round: train the participants this process owns and reduce their reports.
+"""The simulator's engine: the participants of a round trained in this process, one after
+another, on the one live client module.
 
 Every random draw of a client's training is seeded from (seed, round, client), so a client
 trains the same whichever process owns it and whatever was trained before it in the process.
+The round itself (sampling, downloads, reduction, evaluation, the row) is RoundProtocol's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
-import torch
 from lightning.fabric import Fabric
-from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
-from fedlight.federation.aggregate import state_bytes
-from fedlight.federation.distributed import Distributed
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.population import Population
-from fedlight.federation.precision import RoundGradScale
+from fedlight.federation.precision import ClientGradScale
+from fedlight.federation.protocol import ClientResult, State, TrainTask, private_scores
 from fedlight.federation.sampling import derive_seed
-from fedlight.federation.server import Report, ServerRule
 
 
-@dataclass
-class RoundResult:
-    """What a round leaves behind: its row's training columns (train_loss, bytes, train/*)
-    and, when asked for, each owned participant's scores right after its local training."""
+class LocalEngine:
+    """Trains and scores the clients this process owns (see the module docstring).
 
-    stats: dict[str, Any]
-    scores: dict[int, dict[str, Score]] = field(default_factory=dict)
+    Args:
+        fabric: the process's Fabric (device, precision).
+        client: the live client module that plays every client in turn.
+        population: the owned clients' data and private states.
+        loop: the local loop.
+        evaluator: scores a client right after training, or on the model it is sent.
+        seed: the run's seed.
+        local_epochs: local epochs E.
+    """
 
+    holds_clients = True
 
-class RoundRunner:
-    """Trains the owned participants of a round in turn on the one live client module and
-    folds each report into the server rule; dropped clients train but never report."""
+    def __init__(self, fabric: Fabric, client: FederatedClient, population: Population,
+                 loop: LocalLoop, evaluator: Evaluator, seed: int, local_epochs: int,
+                 share_class_counts: bool = True) -> None:
+        self.client, self.population, self.loop, self.evaluator = (client, population, loop,
+                                                                    evaluator)
+        self.seed, self.local_epochs = seed, local_epochs
+        self.share_class_counts = share_class_counts
+        self.grad_scale = ClientGradScale(fabric)
 
-    def __init__(self, fabric: Fabric, dist: Distributed, client: FederatedClient,
-                 server: ServerRule, population: Population, loop: LocalLoop,
-                 seed: int, local_epochs: int, weighting: str) -> None:
-        self.fabric, self.dist, self.client, self.server = fabric, dist, client, server
-        self.population, self.loop = population, loop
-        self.seed, self.local_epochs, self.weighting = seed, local_epochs, weighting
-        self.grad_scale = RoundGradScale(fabric)
+    def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult]:
+        """Train each task's client in turn; an exception stops the run (see protocol.py)."""
+        for task in tasks:
+            yield train_client(self.client, self.population, self.loop, self.evaluator,
+                               self.grad_scale, task, derive_seed(
+                                   self.seed, task.round_idx, task.client_id), self.local_epochs,
+                               self.share_class_counts)
 
-    def run(self, round_idx: int, participants: list[int], dropped: set[int],
-            evaluator: Evaluator | None) -> RoundResult:
-        """Train and reduce one round; evaluator scores each client right after its local
-        training (methods evaluated that way), None skips it."""
-        self.server.begin_round(round_idx)
-        stats: dict[int, dict[str, Any]] = {}
-        scores: dict[int, dict[str, Score]] = {}
-        for client_id in self.dist.owned(participants):  # all of them with one process
-            report, stats[client_id] = self.train_client(client_id, round_idx)
-            if client_id not in dropped:  # a dropped client trained but never reports
-                self.server.add(report)
-                stats[client_id]["bytes_up"] = state_bytes(report.state) + state_bytes(
-                    report.payload)
-            if evaluator is not None:
-                scores[client_id] = evaluator.score_client(self.client, client_id, round_idx)
-        self.server.end_round(self.dist)
-        self.grad_scale.end_round(self.dist)
-        row = round_stats(self.dist.gather_by_client(stats), dropped, self.fabric.device)
-        return RoundResult(row, scores)
+    def evaluate(self, round_idx: int,
+                 downloads: Mapping[int, State]) -> dict[int, dict[str, Score]]:
+        return {client_id: private_scores(
+                    self.evaluator.score_client(self.client, client_id, round_idx, shared),
+                    self.share_class_counts)
+                for client_id, shared in downloads.items()}
 
-    def train_client(self, client_id: int, round_idx: int) -> tuple[Report, dict[str, Any]]:
-        """Load client client_id, run its local phases and return its report to the server
-        and its statistics (loss sum, steps, bytes, logged values)."""
-        shared, message = self.server.download(client_id)
-        result = self.population.train(
-            self.client, self.loop, client_id, round_idx, shared, message,
-            derive_seed(self.seed, round_idx, client_id), self.local_epochs, self.grad_scale)
-        upload = result.upload
-        weight = upload.weight if self.weighting == "samples" else 1.0
-        return Report(client_id, upload.state, weight, upload.payload), {
-            "loss": result.loss_sum, "steps": result.steps, "bytes_up": 0,
-            "bytes_down": state_bytes(shared) + state_bytes(message),
-            "logs": self.client.pop_federated_logs()}
+    def attach(self, trainer: object) -> None:
+        """Every trainer option works in the simulator."""
 
 
-def round_stats(stats: dict[int, dict[str, Any]], dropped: set[int],
-                device: torch.device) -> dict[str, Any]:
-    """Train loss, bytes and logged values of a round, accumulated in client-id order (so the
-    figures do not depend on which process trained which client)."""
-    loss = torch.zeros((), device=device)
-    steps = 0
-    logs: dict[str, list[Tensor]] = {}
-    for client_id, entry in stats.items():
-        if client_id in dropped:
-            continue
-        loss += entry["loss"]
-        steps += entry["steps"]
-        for name, value in entry["logs"].items():
-            if name != "train_loss":  # already the round's train_loss column
-                logs.setdefault(name, []).append(value)
-    row: dict[str, Any] = {
-        "train_loss": float(loss) / max(steps, 1),
-        "bytes_up": sum(e["bytes_up"] for e in stats.values()),
-        "bytes_down": sum(e["bytes_down"] for e in stats.values()),
-    }
-    row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
-    return row
+def train_client(client: FederatedClient, population: Population, loop: LocalLoop,
+                 evaluator: Evaluator, grad_scale: ClientGradScale, task: TrainTask, seed: int,
+                 local_epochs: int, share_class_counts: bool = True) -> ClientResult:
+    """One client's round, as every engine runs it (the simulator, a Flower SuperNode): local
+    training from the task's download and loss scale, then its scores when the task asks
+    (per-class counts only where the run shares them)."""
+    grad_scale.start(task.loss_scale)
+    result = population.train(client, loop, task.client_id, task.round_idx, task.shared,
+                              task.message, seed, local_epochs)
+    logs = client.pop_federated_logs()
+    scores = (private_scores(evaluator.score_client(client, task.client_id, task.round_idx),
+                             share_class_counts) if task.score else {})
+    return ClientResult(task.client_id, result.upload, result.loss_sum, result.steps, logs,
+                        scores, grad_scale.end())
 
 
-__all__ = ["RoundResult", "RoundRunner", "round_stats"]
+__all__ = ["LocalEngine", "train_client"]

@@ -108,12 +108,14 @@ class RunWriter:
         return summary
 
     def close(self, failed: bool = False, rounds_done: int = 0) -> None:
-        """Close the loggers. A run that failed before its first round completed (and holds no
-        checkpoint) leaves nothing worth keeping: its folder is removed. A run stopped later
-        keeps everything it wrote."""
+        """Close the loggers. A run that failed before its first round completed (no round
+        done, no metrics row, no checkpoint) leaves nothing worth keeping: its folder is
+        removed. A run that failed or stopped later keeps everything it wrote."""
         if self.folder is None:
             return
-        if failed and rounds_done == 0 and not any(self.folder.checkpoint_dir.glob("*.ckpt")):
+        worthless = (failed and rounds_done == 0 and not self.folder.read_rows()
+                     and not any(self.folder.checkpoint_dir.glob("*.ckpt")))
+        if worthless:
             self.folder.remove()
         else:
             self.folder.close()
@@ -142,19 +144,27 @@ class RunWriter:
                                if isinstance(v, float) and k.endswith("accuracy")}))
 
 
-def default_run_name(client: Any, datamodule: Any, seed: int) -> str:
-    """``<method>-<source>-<partition>-s<seed>``, lower-case method name."""
-    return f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
+#: The engine of fedlight fit (clients trained in the trainer's processes).
+SIMULATOR = "simulator"
 
 
-def describe_run(client: Any, datamodule: Any, server: Any,
-                 trainer: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters logged with a run (and written as config.yaml from Python)."""
+def default_run_name(client: Any, datamodule: Any, seed: int, engine: str = SIMULATOR) -> str:
+    """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
+    for runs whose clients are not simulated (e.g. -flower)."""
+    name = f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
+    return name if engine == SIMULATOR else f"{name}-{engine}"
+
+
+def describe_run(client: Any, datamodule: Any, server: Any, trainer: Mapping[str, Any],
+                 engine: str = SIMULATOR) -> dict[str, Any]:
+    """The hyper-parameters logged with a run (and written as config.yaml from Python), with
+    the engine named for runs whose clients are not simulated."""
     vocabulary = getattr(datamodule, "vocabulary_record", lambda: None)()
-    return {"method": type(client).__name__, "server": type(server).__name__,
-            "server_options": rule_options(server), "model": dict(client.hparams),
-            "data": dict(datamodule.hparams), "trainer": dict(trainer),
-            **({"vocabulary": vocabulary} if vocabulary else {})}
+    described = {"method": type(client).__name__, "server": type(server).__name__,
+                 "server_options": rule_options(server), "model": dict(client.hparams),
+                 "data": dict(datamodule.hparams), "trainer": dict(trainer),
+                 **({"vocabulary": vocabulary} if vocabulary else {})}
+    return described if engine == SIMULATOR else {"engine": engine, **described}
 
 
 def rule_options(rule: Any) -> dict[str, Any]:
@@ -185,4 +195,4 @@ def to_yaml(obj: Mapping[str, Any]) -> str:
     return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
 
 
-__all__ = ["RunWriter", "default_run_name", "describe_run", "to_yaml"]
+__all__ = ["SIMULATOR", "RunWriter", "default_run_name", "describe_run", "to_yaml"]

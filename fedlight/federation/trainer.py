@@ -1,16 +1,18 @@
 """FederatedTrainer: wires the pieces of a federated run and holds the round loop.
 
-Each round: sample the participants (sampling.py), train and reduce them (round.py: server
-rule download, local loop, reports into the server rule), evaluate (evaluation.py), run the
-probes, write the row and checkpoint (run.py, checkpoint.py). One live client module per
-process plays every client in turn (population.py holds their private states); every random
-draw is a pure function of (seed, round, client), so a resumed run equals an uninterrupted
-one and results do not depend on the order or process in which clients are trained.
+Each round the round protocol (protocol.py) samples the participants, hands their tasks to the
+engine that carries out the clients' work (the simulator's LocalEngine in round.py, or Flower's
+SuperNodes through fedlight.flower), reduces their results through the server rule, evaluates
+and returns the row; the trainer runs the probes, writes the row and checkpoints (run.py,
+checkpointing.py). In the simulator one live client module per process plays every client in
+turn (population.py holds their private states); every random draw is a pure function of
+(seed, round, client), so a resumed run equals an uninterrupted one and results do not depend
+on the order, process or engine in which clients are trained.
 """
 
 from __future__ import annotations
 
-import time
+import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,10 +35,18 @@ from fedlight.federation.launch import (
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
+from fedlight.federation.precision import ClientGradScale
 from fedlight.federation.probes import Probe
-from fedlight.federation.round import RoundRunner
-from fedlight.federation.run import RunWriter, default_run_name, describe_run, to_yaml
-from fedlight.federation.sampling import derive_seed, drop_clients, sample_clients
+from fedlight.federation.protocol import ClientEngine, OwnedClients, RoundGradScale, RoundProtocol
+from fedlight.federation.round import LocalEngine
+from fedlight.federation.run import (
+    SIMULATOR,
+    RunWriter,
+    default_run_name,
+    describe_run,
+    to_yaml,
+)
+from fedlight.federation.sampling import derive_seed, sample_clients
 from fedlight.federation.server import ServerContext, ServerRule, resolve_rule
 from fedlight.federation.setup import MOVED_OPTIONS, check_moved, check_options, prepare_run
 
@@ -69,6 +79,11 @@ class FederatedTrainer(RunCheckpoints):
             after its local training (MAP's protocol) whatever the method; False scores every
             client from its stored state; None (default) keeps the method's own choice (MAP and
             Privatize: after training; the others: stored state).
+        share_class_counts: clients send the per-class true positive, false positive and false
+            negative counts of their test split with their scores, which the *_macro_f1
+            columns pool. Those counts give away a client's test label histogram: a
+            deployment (Flower) that must keep it on the clients sets False, and the
+            personalized macro-F1 columns are then empty (NaN).
         default_root_dir: runs are written to <default_root_dir>/<run name>/.
         run_name: the run folder's name; default <method>-<source>-<partition>-s<seed>
             (-v2, -v3... appended when that folder exists).
@@ -124,6 +139,7 @@ class FederatedTrainer(RunCheckpoints):
         eval_every: int = 1,
         eval_batch_size: int = 512,
         evaluate_after_local_training: bool | None = None,
+        share_class_counts: bool = True,
         default_root_dir: str = "runs",
         run_name: str | None = None,
         logger: bool | str | list[str] = "csv",
@@ -159,6 +175,7 @@ class FederatedTrainer(RunCheckpoints):
         LocalLoop(None, batch_size, **self.local_options)  # type: ignore[arg-type]  # validate
         self.eval_every, self.eval_batch_size = eval_every, eval_batch_size
         self.evaluate_after_local_training = evaluate_after_local_training
+        self.share_class_counts = share_class_counts
         self.default_root_dir = Path(default_root_dir)
         self.run_name = run_name
         self.loggers = normalize_loggers(logger)
@@ -174,6 +191,7 @@ class FederatedTrainer(RunCheckpoints):
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.command: str | None = None  # the command line that started the run, set by the CLI
         self.history: list[dict[str, Any]] = []
+        self.launched_run_dir: Path | None = None  # the run folder of a launched fit
 
     @property
     def global_state(self) -> dict[str, Tensor]:
@@ -187,14 +205,23 @@ class FederatedTrainer(RunCheckpoints):
 
     @property
     def client_states(self) -> Any:
-        """Each trained client's stored private state (``{client: {key: tensor}}``)."""
-        return self.population.states
+        """Each trained client's stored private state ({client: {key: tensor}}); after a run
+        in other processes (devices > 1 with a spawn / fork launcher), read from the run's last
+        checkpoint; {} before fit."""
+        if hasattr(self, "population"):
+            return self.population.states
+        checkpoint = None if self.run_dir is None else self.run_dir / "checkpoints" / LAST
+        if checkpoint is not None and checkpoint.is_file():
+            return load_checkpoint(checkpoint)["client_states"]
+        return {}
 
     @property
     def run_dir(self) -> Path | None:
-        """The folder of the current (or last) run; None before ``fit``."""
+        """The folder of the current (or last) run; None before fit."""
         folder = getattr(getattr(self, "writer", None), "folder", None)
-        return None if folder is None else Path(folder.path)
+        if folder is not None:
+            return Path(folder.path)
+        return self.launched_run_dir
 
     @property
     def participations(self) -> list[int]:
@@ -217,11 +244,24 @@ class FederatedTrainer(RunCheckpoints):
                 run_name-vN). The configuration must be the run's own (only trainer.rounds may
                 change); the run and round resumed are printed.
             server: a server rule replacing the method's own (e.g. FedAdam, Krum, DPFedAvg),
-                where the method allows it; None = the method's configure_server().
+                where the method allows it; None = the method's configure_server(). Each run
+                uses a fresh copy of it (set up from its constructor arguments), so one rule
+                object passed to several runs gives each the same result; the copy a run
+                used is trainer.server.
         """
         if needs_launch(self.fabric):  # several processes: start them, each runs fit
-            return launch(self, "fit", model, datamodule, ckpt_path, server)
-        self._prepare(model, datamodule, server)
+            summary = launch(self, "fit", model, datamodule, ckpt_path, server)
+            self.launched_run_dir = Path(summary["run_dir"])
+            return summary
+        return self.federate(model, datamodule, None, ckpt_path, server)
+
+    def federate(self, model: FederatedClient, datamodule: FederatedDataModule,
+                 engine: ClientEngine | None, ckpt_path: str | None = None,
+                 server: ServerRule | None = None) -> dict[str, Any]:
+        """fit, with the clients' work carried out by engine (None: the simulator in this
+        process; fedlight.flower's engine: Flower SuperNodes). Same rounds, rows, run folder
+        and checkpoints whatever the engine; ckpt_path and server as in fit."""
+        self._prepare(model, datamodule, server, engine)
         checkpoint_file = self.writer.checkpoint_file(ckpt_path) if (
             ckpt_path and self.dist.is_writer) else None
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
@@ -257,8 +297,14 @@ class FederatedTrainer(RunCheckpoints):
 
     # ================================================================= set-up
     def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
-                 server: ServerRule | None = None) -> None:
-        prepare_run(model, datamodule, self.seed, self.reinitialize, self.threads,
+                 server: ServerRule | None = None, engine: ClientEngine | None = None,
+                 reinit: bool | None = None) -> None:
+        """Set up one run (fit, federate, or the evaluation of a checkpoint with reinit False:
+        the checkpoint holds the weights; trainer.reinitialize itself is never changed)."""
+        if engine is not None:
+            engine.attach(self)
+        prepare_run(model, datamodule, self.seed,
+                    self.reinitialize if reinit is None else reinit, self.threads,
                     self.fabric.device)
         method = type(model).__name__
         if self.evaluate_after_local_training is not None:
@@ -277,24 +323,32 @@ class FederatedTrainer(RunCheckpoints):
         self.server.setup(initial_shared, ServerContext(
             self.num_clients, self.rounds, self.join_ratio, self.seed, self.weighting,
             datamodule.public_inputs()))
+        holds_clients = engine is None or engine.holds_clients
         self.population = Population(
-            datamodule, self.dist, self.dist.broadcast(model.client_state()),
-            self.client_state_storage, self.client_state_dir or self.default_root_dir,
-            self.rounds, self.join_ratio, self.batch_size)
+            datamodule, self.dist if holds_clients else OwnedClients(self.fabric, ()),
+            self.dist.broadcast(model.client_state()), self.client_state_storage,
+            self.client_state_dir or self.default_root_dir, self.rounds, self.join_ratio,
+            self.batch_size)
         self.loop = LocalLoop(self.fabric, self.batch_size, **self.local_options)
-        self.round = RoundRunner(self.fabric, self.dist, model, self.server, self.population,
-                                 self.loop, self.seed, self.local_epochs, self.weighting)
-        self.grad_scale = self.round.grad_scale
         self.evaluator = Evaluator(
             self.fabric, self.dist, self.population, self.loop,
             tuple(t.to(device) for t in datamodule.global_test()), self.eval_batch_size,
             self.seed)
+        self.engine = engine or LocalEngine(self.fabric, model, self.population, self.loop,
+                                            self.evaluator, self.seed, self.local_epochs,
+                                            self.share_class_counts)
+        self.engine_name = getattr(self.engine, "name", SIMULATOR)
+        self.grad_scale = RoundGradScale(ClientGradScale(self.fabric).initial)
+        self.protocol = RoundProtocol(
+            self.server, self.engine, self.evaluator, self.dist, model, self.num_clients,
+            self.rounds, self.join_ratio, self.drop_rate, self.weighting, self.seed,
+            self.eval_every, self.grad_scale)
         self.writer = RunWriter(
             self.dist, self.default_root_dir,
-            self.run_name or default_run_name(model, datamodule, self.seed), self.loggers,
+            self.run_name or default_run_name(model, datamodule, self.seed, self.engine_name),
+            self.loggers,
             self.wandb_group or f"{method}-{datamodule.source}-{datamodule.partition}",
-            self.wandb_project,
-            self.progress_bar, self.verbose)
+            self.wandb_project, self.progress_bar, self.verbose)
         self.history = []
         self.last_client_scores: dict[int, dict[str, Score]] = {}
         self.round_seconds: list[float] = []  # train + aggregate time of each round run here
@@ -315,14 +369,16 @@ class FederatedTrainer(RunCheckpoints):
                     {"evaluate_after_local_training": self.evaluate_after_local_training})
         return describe_run(self.client, self.datamodule, self.server,
                             {**{k: getattr(self, k) for k in fields}, **self.local_options,
-                             "precision": self.precision, **protocol})
+                             "precision": self.precision, **protocol}, self.engine_name)
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
         """Rounds ``start_round`` .. ``rounds - 1``; a first SIGINT / SIGTERM ends the loop after
         the round in progress, with a checkpoint of it (RunInterrupted)."""
+        self.protocol.keep_from = start_round
+        signals = StopSignals(announce=self.dist.is_writer)
         with (self.writer.progress(self.rounds) as progress,
-              StopSignals(announce=self.dist.is_writer) as signals):
+              signals if self.engine.holds_clients else contextlib.nullcontext()):
             progress.advance_to(start_round)
             for round_idx in range(start_round, self.rounds):
                 row = self._run_round(round_idx)
@@ -338,36 +394,26 @@ class FederatedTrainer(RunCheckpoints):
                     names.append(LAST)
                 if names:
                     self._save_checkpoint(self.rounds_done, names)
+                    self.protocol.keep_from = self.rounds_saved
                 if stop and self.rounds_done < self.rounds:
                     raise RunInterrupted(self.rounds_done)
 
     def _resume_hint(self) -> str:
+        hint = getattr(self.engine, "resume_hint", None)
+        if hint:
+            return hint
         if self.command:
             return f"{self.command} --ckpt_path last"
         return "fit(...) with the same configuration and ckpt_path='last'"
 
     def _run_round(self, round_idx: int) -> dict[str, Any] | None:
-        evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
-        participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx)
-        dropped = set(drop_clients(participants, self.drop_rate, self.seed, round_idx))
-        after_training = evaluate and self.client.evaluate_after_local_training
-        started = time.perf_counter()
-        result = self.round.run(round_idx, participants, dropped,
-                                self.evaluator if after_training else None)
-        row = result.stats
-        if self.drop_rate:
-            row["dropped"] = len(dropped)
-        row["seconds"] = seconds = time.perf_counter() - started
-        self.round_seconds.append(seconds)
+        stats, row = self.protocol.run_round(round_idx)
+        self.round_seconds.append(stats["seconds"])
         for key in self.totals:
-            self.totals[key] += row[key]
-        if not evaluate:
+            self.totals[key] += stats[key]
+        if row is None:
             return None
-        metrics = self.evaluator.evaluate(self.client, self.server, round_idx,
-                                          result.scores if after_training else None)
         self.last_client_scores = self.evaluator.last_client_scores
-        row = {"round": round_idx + 1, **metrics, **row}
-        row.update(self.server.round_metrics(round_idx + 1))
         for probe in self.probes:
             row.update(probe.on_round_end(self, round_idx))
         return row
@@ -378,6 +424,7 @@ class FederatedTrainer(RunCheckpoints):
         return self.writer.finish(self.history, {
             "method": type(self.client).__name__,
             "server": type(self.server).__name__,
+            "engine": self.engine_name,
             "rounds": rounds_done,
             "num_clients": self.num_clients,
             "seconds": self.totals["seconds"],

@@ -2,12 +2,15 @@
 server rules on a SuperLink.
 
 From a fedlight config (the YAML of fedlight fit), build_client_app and build_server_app give
-a Flower ClientApp and ServerApp (Flower's Message API). The ClientApp plays one fedlight
-client per SuperNode (its partition-id): it runs the method's local phases with fedlight's
-LocalLoop, keeps the private partition on the node's disk and sends exactly what upload()
-returns. The ServerApp runs the method's server rule as a Flower Strategy (FedlightStrategy)
-and writes the run folder of fedlight fit. simulate runs both under Flower's simulation
-engine; fedlight flower CONFIG does it from the command line.
+a Flower ClientApp and ServerApp (Flower's Message API). The ServerApp runs fedlight's own
+round protocol (FederatedTrainer.federate with the FlowerEngine): the same sampling, dropout,
+server rule, evaluation, rows, run folder and checkpoints as fedlight fit. The ClientApp plays
+one fedlight client per SuperNode (its partition-id): it trains the task it is sent exactly as
+the simulator trains a client, keeps the private partition on the node's disk and replies with
+what upload() returns, its training statistics and, on evaluated rounds, its scores. This
+package holds only that transport: the apps, the engine that moves tasks and results over a
+Flower Grid, and the codec. simulate runs both apps under Flower's simulation engine;
+fedlight flower CONFIG does it from the command line.
 
 Needs the flower extra: pip install "fedlight[flower]".
 """
@@ -18,10 +21,10 @@ except ImportError as error:  # pragma: no cover - depends on the install
     raise ImportError('fedlight.flower needs Flower: pip install "fedlight[flower]"') from error
 
 from fedlight.flower.client import ClientNode, build_client_app
-from fedlight.flower.server import build_server_app, serve
-from fedlight.flower.setup import FlowerRun, load_run
+from fedlight.flower.engine import FlowerEngine
+from fedlight.flower.server import Outcome, build_server_app, serve
+from fedlight.flower.settings import load_run
 from fedlight.flower.simulate import simulate
-from fedlight.flower.strategy import FedlightStrategy
 
-__all__ = ["ClientNode", "FedlightStrategy", "FlowerRun", "build_client_app",
-           "build_server_app", "load_run", "serve", "simulate"]
+__all__ = ["ClientNode", "FlowerEngine", "Outcome", "build_client_app", "build_server_app",
+           "load_run", "serve", "simulate"]

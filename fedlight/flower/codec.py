@@ -1,11 +1,13 @@
-"""What travels between the fedlight apps, as Flower records.
+"""What travels between the fedlight apps, as Flower records: a TrainTask and an evaluation
+request down, a ClientResult and scores up.
 
-Shared states go as an ArrayRecord (one array per state-dict key, dtype kept). Everything else
-a method sends (the server's message: prototypes, teacher states...; a client's payload;
-scores) is a nested structure of tensors and numbers: it goes as bytes in a ConfigRecord,
-written with torch.save and read back with torch.load(weights_only=True), which refuses any
-object other than tensors, containers and primitives, so a peer cannot make the reader run
-code.
+Shared states go as an ArrayRecord (one array per state-dict key, dtype kept; bfloat16, which
+NumPy lacks, travels bit for bit as int16 with its keys listed beside it). Everything else a
+method sends (the server's message: prototypes, teacher states...; a client's payload; logged
+values; scores) is a nested structure of tensors and numbers: it goes as bytes in a
+ConfigRecord, written with torch.save and read back with torch.load(weights_only=True), which
+refuses any object other than tensors, containers and primitives, so a peer cannot make the
+reader run code.
 """
 
 from __future__ import annotations
@@ -16,22 +18,29 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
+from fedlight.clients.base import Upload
 from fedlight.federation.evaluation import Score
+from fedlight.federation.protocol import ClientResult, TrainTask
 from fedlight.federation.server.base import move
 
 
-def state_to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
-    """A state dict as an ArrayRecord (CPU copies, keys in order)."""
-    return ArrayRecord.from_torch_state_dict(
-        {k: v.detach().cpu().contiguous() for k, v in state.items()})
+def put_state(content: RecordDict, name: str, state: Mapping[str, Tensor]) -> None:
+    """Store a state dict in content under name (CPU copies, keys in order)."""
+    bf16 = [k for k, v in state.items() if v.dtype == torch.bfloat16]
+    content[name] = ArrayRecord.from_torch_state_dict({
+        k: (v.view(torch.int16) if v.dtype == torch.bfloat16 else v).detach().cpu().contiguous()
+        for k, v in state.items()})
+    content[f"{name}-bfloat16"] = ConfigRecord({"keys": bf16})
 
 
-def record_to_state(record: ArrayRecord) -> dict[str, Tensor]:
-    """An ArrayRecord back as a state dict of writable tensors."""
-    return {k: v.clone() for k, v in record.to_torch_state_dict().items()}
+def get_state(content: RecordDict, name: str) -> dict[str, Tensor]:
+    """The state dict put_state stored (writable tensors)."""
+    bf16 = set(content[f"{name}-bfloat16"]["keys"])
+    return {k: v.clone().view(torch.bfloat16) if k in bf16 else v.clone()
+            for k, v in content[name].to_torch_state_dict().items()}
 
 
 def pack(obj: Any) -> bytes:
@@ -47,8 +56,8 @@ def unpack(data: bytes) -> Any:
 
 
 def pack_scores(scores: Mapping[str, Score]) -> bytes:
-    """Per-output scores of one client: every Score field (correct, total, summed loss,
-    per-class stat scores, AUC), so the server computes the same metrics as the simulator."""
+    """Per-output scores of one client: every Score field (correct, total, summed loss, AUC and,
+    where the run shares them, the per-class stat scores)."""
     return pack({name: dataclasses.asdict(s) for name, s in scores.items()})
 
 
@@ -56,5 +65,55 @@ def unpack_scores(data: bytes) -> dict[str, Score]:
     return {name: Score(**fields) for name, fields in unpack(data).items()}
 
 
-__all__ = ["pack", "pack_scores", "record_to_state", "state_to_record", "unpack",
-           "unpack_scores"]
+def encode_task(task: TrainTask, run_key: str) -> RecordDict:
+    """A TrainTask as a train message's content; run_key names the fedlight run (the folder the
+    client keeps its private state in)."""
+    content = RecordDict()
+    put_state(content, "arrays", task.shared)
+    content["task"] = ConfigRecord({
+        "client-id": task.client_id, "round": task.round_idx, "message": pack(task.message),
+        "score": task.score, "loss-scale": pack(task.loss_scale), "keep-from": task.keep_from,
+        "run": run_key})
+    return content
+
+
+def decode_task(content: RecordDict) -> tuple[TrainTask, str]:
+    task = content["task"]
+    return TrainTask(int(task["client-id"]), int(task["round"]), get_state(content, "arrays"),
+                     unpack(task["message"]), bool(task["score"]), unpack(task["loss-scale"]),
+                     int(task["keep-from"])), str(task["run"])
+
+
+def encode_result(result: ClientResult) -> RecordDict:
+    """A ClientResult as a train reply's content: exactly the upload (state, weight, payload),
+    the training statistics, the logged values and the scores the task asked for."""
+    content = RecordDict()
+    put_state(content, "arrays", result.upload.state)
+    content["result"] = ConfigRecord({
+        "weight": float(result.upload.weight), "payload": pack(result.upload.payload),
+        "loss-sum": float(result.loss_sum), "steps": int(result.steps),
+        "logs": pack({k: float(v) for k, v in result.logs.items()}),
+        "scores": pack_scores(result.scores), "loss-scale": pack(result.loss_scale)})
+    return content
+
+
+def decode_result(client_id: int, content: RecordDict) -> ClientResult:
+    result = content["result"]
+    upload = Upload(get_state(content, "arrays"), float(result["weight"]),
+                    unpack(result["payload"]))
+    return ClientResult(client_id, upload, float(result["loss-sum"]), int(result["steps"]),
+                        unpack(result["logs"]), unpack_scores(result["scores"]),
+                        unpack(result["loss-scale"]))
+
+
+def encode_evaluation(client_id: int, round_idx: int, shared: Mapping[str, Tensor],
+                      run_key: str) -> RecordDict:
+    """An evaluation request: score the model made of shared and the client's private state."""
+    content = RecordDict()
+    put_state(content, "arrays", shared)
+    content["task"] = ConfigRecord({"client-id": client_id, "round": round_idx, "run": run_key})
+    return content
+
+
+__all__ = ["decode_result", "decode_task", "encode_evaluation", "encode_result", "encode_task",
+           "get_state", "pack", "pack_scores", "put_state", "unpack", "unpack_scores"]

@@ -5,9 +5,11 @@ InlineGrid implements Flower's Grid (the ServerApp's handle on the SuperNodes) b
 message straight to the ClientApp with that node's Context (partition-id and num-partitions in
 its node config, as Flower's simulation engine sets them) and keeping the reply for
 pull_messages. Messages are the same Message / RecordDict objects as over the network; only
-the transport is missing. It is for quick checks and tests, and for machines where Ray is not
-installed; run_inline(server_app, client_app, n) is its entry point. Flower's simulation
-engine (simulate, flwr run) runs the same apps in Ray worker processes.
+the transport is missing. As on Flower's runtimes, an exception in the ClientApp becomes an
+error reply (the server side counts the client as dropped), not an exception of the run. It is
+for quick checks and tests, and for machines where Ray is not installed;
+run_inline(server_app, client_app, n) is its entry point. Flower's simulation engine
+(simulate, flwr run) runs the same apps in Ray worker processes.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
+
+from fedlight.compat import empty_flower_run, set_task_identity, stamp_message_id
 
 SUPERLINK_NODE_ID = 1  # the node id Flower gives the SuperLink
 FIRST_NODE_ID = 1000  # SuperNodes get ids apart from their partition ids, as under Flower
+CLIENT_APP_RAISED_EXCEPTION = 2  # Flower's error code for an exception in a ClientApp
 
 
 class InlineGrid(Grid):
@@ -44,7 +47,7 @@ class InlineGrid(Grid):
             raise ValueError(f"num_nodes must be at least 1, got {num_nodes}")
         self.client_app = client_app
         run_id = secrets.randbits(63) if run_id is None else run_id
-        self._run = Run.create_empty(run_id=run_id)
+        self._run = empty_flower_run(run_id)
         self.contexts = {
             FIRST_NODE_ID + k: Context(
                 run_id=run_id, node_id=FIRST_NODE_ID + k,
@@ -52,16 +55,13 @@ class InlineGrid(Grid):
                 state=RecordDict(), run_config=dict(run_config or {}))
             for k in range(num_nodes)}
         self.replies: dict[str, Message] = {}
-        # What Flower's in-process entry point sets: the identity of the task (the ServerApp)
-        # that stamps the messages it creates.
-        TaskIdentity.run_id, TaskIdentity.task_id = run_id, 1
-        TaskIdentity.node_id = SUPERLINK_NODE_ID
+        set_task_identity(run_id, 1, SUPERLINK_NODE_ID)
 
-    def set_run(self, run: Run) -> None:
+    def set_run(self, run: Any) -> None:
         self._run = run
 
     @property
-    def run(self) -> Run:
+    def run(self) -> Any:
         return self._run
 
     def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,
@@ -76,9 +76,14 @@ class InlineGrid(Grid):
         ids = []
         for message in messages:
             message_id = str(uuid.uuid4())
-            message.metadata.__dict__["_message_id"] = message_id
+            stamp_message_id(message, message_id)
             context = self.contexts[message.metadata.dst_node_id]
-            self.replies[message_id] = self.client_app(message, context)
+            try:
+                reply = self.client_app(message, context)
+            except Exception as error:  # as a SuperNode reports a ClientApp's exception
+                reply = Message(Error(CLIENT_APP_RAISED_EXCEPTION, repr(error)),
+                                reply_to=message)
+            self.replies[message_id] = reply
             ids.append(message_id)
         return ids
 

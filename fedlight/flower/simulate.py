@@ -16,7 +16,7 @@ from typing import Any
 from fedlight.flower.client import build_client_app
 from fedlight.flower.inline import run_inline
 from fedlight.flower.server import Outcome, build_server_app
-from fedlight.flower.setup import find_config, load_run, parse_overrides
+from fedlight.flower.settings import find_config, load_run, parse_overrides
 
 ENGINES = ("ray", "inline")
 

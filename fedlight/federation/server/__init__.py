@@ -14,6 +14,8 @@ in their method's file under fedlight/clients/.
 
 from __future__ import annotations
 
+import copy
+
 from fedlight.federation.server.base import (
     Collectives,
     Report,
@@ -28,15 +30,17 @@ from fedlight.federation.server.robust import CoordinateMedian, Krum, TrimmedMea
 
 
 def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) -> ServerRule:
-    """The rule a run uses: the client's default, or the config's override where the
-    default accepts it (wrappers such as DP are put around the default).
+    """The rule a run uses: the client's default, or a fresh copy of the config's override
+    where the default accepts it (wrappers such as DP are put around the default). The copy
+    keeps an override object that serves several runs (a config parsed once, a rule passed to
+    fit twice) from carrying one run's state (momentum, moments, a wrapped rule) into the next.
 
     Raises:
         ValueError: the method's own rule cannot be replaced by override.
     """
     if override is None:
         return default
-    rule = override.wrap_default(default)
+    rule = copy.deepcopy(override).wrap_default(default)
     if not default.accepts(rule):
         raise ValueError(
             f"{method} aggregates with its own server rule {type(default).__name__}, which "

@@ -1,0 +1,88 @@
+"""Reading a fedlight config: the arguments of a run (trainer, model, data and their links) and
+read_config, which builds a run from a YAML plus command-line style overrides exactly as
+fedlight fit does, without the command line. The CLI adds the same arguments to its parser;
+the Flower apps and fedlight interpolate read configs with read_config.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ActionConfigFile
+from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch.cli import LightningArgumentParser
+
+import fedlight.clients  # noqa: F401  (registers every client class for short names)
+import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
+from fedlight.clients.base import FederatedClient
+from fedlight.data.datamodule import FederatedDataModule
+from fedlight.errors import FedlightParser
+from fedlight.federation.server import ServerRule
+from fedlight.federation.trainer import FederatedTrainer
+
+
+def add_run_arguments(parser: LightningArgumentParser) -> None:
+    """The trainer, model and data sections of a config, with the input shape, the class
+    count and the vocabulary size linked from the data module to the model (never repeated
+    in a YAML)."""
+    parser.add_class_arguments(FederatedTrainer, "trainer", fail_untyped=False)
+    parser.add_lightning_class_args(FederatedClient, "model", subclass_mode=True)
+    parser.add_lightning_class_args(FederatedDataModule, "data")
+    parser.link_arguments("data.num_classes", "model.init_args.num_classes",
+                          apply_on="instantiate")
+    parser.link_arguments("data.input_shape", "model.init_args.input_shape",
+                          apply_on="instantiate")
+    parser.link_arguments("data.vocab_size", "model.init_args.vocab_size",
+                          apply_on="instantiate")
+
+
+def dump_config(parser: LightningArgumentParser, config: Any) -> str:
+    """The resolved config as YAML (what a run folder's config.yaml holds)."""
+    with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
+        warnings.filterwarnings("ignore", message="(?s).*skip_none")
+        return parser.dump(config, skip_none=False)
+
+
+@dataclass
+class RunConfig:
+    """A config read by read_config: the client module, the data module, the trainer (with its
+    run_config set to the resolved YAML), the server: section (None: the method's own rule)
+    and the ckpt_path option (None: a fresh run)."""
+
+    model: FederatedClient
+    datamodule: FederatedDataModule
+    trainer: FederatedTrainer
+    server: ServerRule | None
+    ckpt_path: str | None
+
+    @property
+    def method(self) -> str:
+        return type(self.model).__name__
+
+
+def read_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """Build the run of fedlight fit -c path [overrides].
+
+    Raises:
+        fedlight.errors.UsageError: the config or an override is not valid (one line).
+    """
+    parser = FedlightParser()
+    parser.add_argument("-c", "--config", action=ActionConfigFile)
+    add_run_arguments(parser)
+    parser.add_method_arguments(FederatedTrainer, "fit", skip={"model", "datamodule"})
+    config = parser.parse_args(["-c", str(path), *overrides])
+    seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
+    built = parser.instantiate_classes(config)
+    trainer = built.trainer
+    if not isinstance(trainer, FederatedTrainer):
+        trainer = FederatedTrainer(**trainer)
+    trainer.run_config = dump_config(parser, config)
+    return RunConfig(built.model, built.data, trainer, built.get("server"),
+                     built.get("ckpt_path"))
+
+
+__all__ = ["RunConfig", "add_run_arguments", "dump_config", "read_config"]

@@ -1,0 +1,288 @@
+"""The round protocol: the server side of every federated run, simulated or deployed.
+
+Each round RoundProtocol samples the participants and those that will drop (sampling.py),
+asks the server rule what each participant downloads, hands these tasks to a ClientEngine
+(the engine that carries out the clients' work: LocalEngine trains them in this process,
+fedlight.flower's engine sends them to Flower SuperNodes), folds every result into the rule
+with its aggregation weight, ends the round across processes, decides whether the round is
+evaluated, pools the clients' scores with the global model's and returns the round's row.
+FederatedTrainer drives it round after round and owns the run folder and its checkpoints, so
+every engine writes the same rows, names and checkpoints.
+
+What counts as a dropped client: a participant drawn by trainer.drop_rate (it trains, its
+result is discarded), and a participant whose engine reports a ClientFailure (a SuperNode that
+did not answer or answered with an error). Both are left out of the reduction and counted in
+the row's dropped column. The simulator's LocalEngine never reports a failure: an exception
+while training a simulated client is a fault of the code and stops the run (the run folder is
+kept once a round is written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from fedlight.clients.base import FederatedClient, Upload
+from fedlight.federation.aggregate import aggregation_weight, state_bytes
+from fedlight.federation.distributed import Distributed
+from fedlight.federation.evaluation import Evaluator, Score
+from fedlight.federation.sampling import drop_clients, sample_clients
+from fedlight.federation.server import Report, ServerRule
+
+State = dict[str, Tensor]
+
+
+@dataclass
+class TrainTask:
+    """What the server sends one participant of a round.
+
+    shared and message are the rule's download for the client; score asks for the client's
+    scores right after local training (evaluated rounds of methods evaluated that way);
+    loss_scale is the fp16 loss scale every client of the round starts from (None without
+    one); keep_from is the first round a resume could restart at (the last checkpointed
+    round), so an engine that stores client states elsewhere knows which versions it may drop.
+    """
+
+    client_id: int
+    round_idx: int
+    shared: State
+    message: dict[str, Any]
+    score: bool = False
+    loss_scale: float | None = None
+    keep_from: int = 0
+
+
+@dataclass
+class ClientResult:
+    """What comes back from one participant: its upload (what the method sends), the sum of its
+    training losses and its step count, the values it logged, its scores when the task asked
+    for them, and its fp16 loss scale after training (None without one)."""
+
+    client_id: int
+    upload: Upload
+    loss_sum: float | Tensor
+    steps: int
+    logs: dict[str, float | Tensor] = field(default_factory=dict)
+    scores: dict[str, Score] = field(default_factory=dict)
+    loss_scale: float | None = None
+
+
+@dataclass
+class ClientFailure:
+    """A participant whose work did not come back (counted as dropped)."""
+
+    client_id: int
+    reason: str
+
+
+class ClientEngine(Protocol):
+    """How a run's clients are carried out.
+
+    holds_clients: whether this process holds the clients' data and private states (the
+    simulator) or they live elsewhere (SuperNodes); the trainer checkpoints them only then,
+    and only then does a first SIGINT / SIGTERM let the round in progress finish (a
+    deployment's stop request also closes its transport, so such a run stops at once and
+    resumes from its last checkpoint).
+    """
+
+    holds_clients: bool
+
+    def train(self, tasks: Sequence[TrainTask]) -> Iterable[ClientResult | ClientFailure]:
+        """Carry out the tasks; yield one result or failure per task, in the tasks' order."""
+
+    def evaluate(self, round_idx: int,
+                 downloads: Mapping[int, State]) -> dict[int, dict[str, Score]]:
+        """Each reachable client's scores of the model it gets from downloads (its shared
+        state) on its local test split; clients that could not be reached are left out."""
+
+    def attach(self, trainer: Any) -> None:
+        """Called when a run starts: raise ValueError (one line) for a trainer option this
+        engine cannot honour, and keep what the engine needs of the trainer."""
+
+
+class OwnedClients(Distributed):
+    """A process that owns exactly the given client ids (a SuperNode owns one, the server of a
+    Flower run none); fedlight's Population and Evaluator then load and score only those."""
+
+    def __init__(self, fabric: Fabric, clients: Iterable[int]) -> None:
+        super().__init__(fabric)
+        self.clients = frozenset(int(c) for c in clients)
+
+    def owns(self, client_id: int) -> bool:
+        return client_id in self.clients
+
+
+class RoundGradScale:
+    """The fp16 loss scale of a round (precision: 16-mixed), as the server side keeps it.
+
+    Every client of round r starts from the same scale S_r (growth counter at 0) and S_{r+1}
+    is the smallest scale any of them ended with (a min over the round's results and across
+    processes: exact and independent of who trained whom, in which order, on which engine).
+    value is None without a scaler; checkpoints keep it, so resumed runs match.
+    """
+
+    def __init__(self, value: float | None) -> None:
+        self.value = value
+
+    def end_round(self, ended: Iterable[float | None], dist: Distributed) -> None:
+        if self.value is None:
+            return
+        smallest = dist.reduce_min(min((v for v in ended if v is not None), default=math.inf))
+        if math.isfinite(smallest):
+            self.value = smallest
+
+    def load(self, value: float | None) -> None:
+        if value is not None and self.value is not None:
+            self.value = float(value)
+
+
+@dataclass
+class RoundPlan:
+    """Who trains in a round, who drops, and whether (and how) the round is evaluated."""
+
+    round_idx: int
+    participants: list[int]
+    dropped: set[int]
+    evaluate: bool
+    scores_after_training: bool
+
+
+class RoundProtocol:
+    """The server side of one run's rounds (see the module docstring).
+
+    Args:
+        rule: the set-up server rule.
+        engine: carries out the clients' work.
+        evaluator: scores the global model (rank 0) and pools the clients' scores.
+        dist: the collectives of the server side (the processes of a simulated run).
+        client: the live client module (scores the global model).
+        num_clients, rounds, join_ratio, drop_rate, weighting, seed, eval_every: the run's.
+        grad_scale: the fp16 loss scale.
+    """
+
+    def __init__(self, rule: ServerRule, engine: ClientEngine, evaluator: Evaluator,
+                 dist: Distributed, client: FederatedClient, num_clients: int, rounds: int,
+                 join_ratio: float, drop_rate: float, weighting: str, seed: int,
+                 eval_every: int, grad_scale: RoundGradScale) -> None:
+        self.rule, self.engine, self.evaluator, self.dist = rule, engine, evaluator, dist
+        self.client = client
+        self.num_clients, self.rounds, self.join_ratio = num_clients, rounds, join_ratio
+        self.drop_rate, self.weighting, self.seed = drop_rate, weighting, seed
+        self.eval_every, self.grad_scale = eval_every, grad_scale
+        self.keep_from = 0  # the newest checkpointed round (see TrainTask.keep_from)
+
+    def plan(self, round_idx: int) -> RoundPlan:
+        """The participants, the dropped and the evaluation decision of round_idx."""
+        participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx)
+        evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
+        return RoundPlan(round_idx, participants,
+                         set(drop_clients(participants, self.drop_rate, self.seed, round_idx)),
+                         evaluate, evaluate and self.client.evaluate_after_local_training)
+
+    def tasks(self, plan: RoundPlan) -> Iterator[TrainTask]:
+        """One task per participant this process serves, each with the rule's download."""
+        for client_id in self.dist.owned(plan.participants):
+            shared, message = self.rule.download(client_id)
+            yield TrainTask(client_id, plan.round_idx, shared, message,
+                            plan.scores_after_training, self.grad_scale.value, self.keep_from)
+
+    def run_round(self, round_idx: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Train and reduce round round_idx; returns its training columns (train_loss, bytes,
+        dropped, seconds, train/*) and, on evaluated rounds, the row to write."""
+        started = time.perf_counter()
+        plan = self.plan(round_idx)
+        self.rule.begin_round(round_idx)
+        stats: dict[int, dict[str, Any]] = {}
+        scores: dict[int, dict[str, Score]] = {}
+        ended: list[float | None] = []
+        tasks = {}
+        for task in self.tasks(plan):
+            tasks[task.client_id] = task
+        for outcome in self.engine.train(list(tasks.values())):
+            client_id = outcome.client_id
+            sent = state_bytes(tasks[client_id].shared) + state_bytes(tasks[client_id].message)
+            stats[client_id] = {"bytes_down": sent, "bytes_up": 0, "failed": True}
+            if isinstance(outcome, ClientFailure):
+                continue
+            stats[client_id].update(loss=outcome.loss_sum, steps=outcome.steps,
+                                    logs=outcome.logs, failed=client_id in plan.dropped)
+            ended.append(outcome.loss_scale)
+            if client_id not in plan.dropped:  # a dropped client trained but never reports
+                upload = outcome.upload
+                self.rule.add(Report(client_id, upload.state,
+                                     aggregation_weight(upload.weight, self.weighting),
+                                     upload.payload))
+                stats[client_id]["bytes_up"] = state_bytes(upload.state) + state_bytes(
+                    upload.payload)
+            if plan.scores_after_training:
+                scores[client_id] = outcome.scores
+        self.rule.end_round(self.dist)
+        self.grad_scale.end_round(ended, self.dist)
+        row = round_stats(self.dist.gather_by_client(stats), self.dist.device)
+        if self.drop_rate or row["dropped"]:
+            row["dropped"] = row["dropped"]
+        else:
+            del row["dropped"]
+        row["seconds"] = time.perf_counter() - started
+        if not plan.evaluate:
+            return row, None
+        metrics = self.evaluate(round_idx, scores if plan.scores_after_training else None)
+        full = {"round": round_idx + 1, **metrics, **row}
+        full.update(self.rule.round_metrics(round_idx + 1))
+        return row, full
+
+    def evaluate(self, round_idx: int,
+                 after_training: Mapping[int, dict[str, Score]] | None) -> dict[str, Any]:
+        """The global model's scores and every client's, pooled; clients are scored by the
+        engine on the model the rule would send them, unless after_training has their scores
+        from right after local training."""
+        if after_training is None:
+            downloads = {i: self.rule.download(i)[0]
+                         for i in self.dist.owned(range(self.num_clients))}
+            after_training = self.engine.evaluate(round_idx, downloads)
+        return self.evaluator.evaluate(self.client, self.rule, round_idx, after_training)
+
+
+def private_scores(scores: Mapping[str, Score], share_class_counts: bool) -> dict[str, Score]:
+    """scores as they may leave a client: without the per-class counts (which give away the
+    client's test label histogram) unless the run shares them (trainer.share_class_counts)."""
+    if share_class_counts:
+        return dict(scores)
+    return {name: dataclasses.replace(score, class_counts=[]) for name, score in scores.items()}
+
+
+def round_stats(stats: Mapping[int, Mapping[str, Any]], device: torch.device) -> dict[str, Any]:
+    """Train loss, bytes, dropped count and logged values of a round, accumulated in client-id
+    order (so the figures do not depend on which process or engine trained which client).
+    Logged values are averaged over the reporting clients."""
+    loss = torch.zeros((), device=device)
+    steps = 0
+    logs: dict[str, list[Tensor]] = {}
+    for entry in stats.values():
+        if entry["failed"]:
+            continue
+        loss += entry["loss"]
+        steps += entry["steps"]
+        for name, value in entry["logs"].items():
+            if name != "train_loss":  # already the round's train_loss column
+                logs.setdefault(name, []).append(torch.as_tensor(value))
+    row: dict[str, Any] = {
+        "train_loss": float(loss) / max(steps, 1),
+        "bytes_up": sum(e["bytes_up"] for e in stats.values()),
+        "bytes_down": sum(e["bytes_down"] for e in stats.values()),
+        "dropped": sum(e["failed"] for e in stats.values()),
+    }
+    row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
+    return row
+
+
+__all__ = ["ClientEngine", "ClientFailure", "ClientResult", "OwnedClients", "RoundGradScale",
+           "RoundPlan", "RoundProtocol", "TrainTask", "private_scores", "round_stats"]

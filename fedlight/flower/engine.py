@@ -1,0 +1,155 @@
+"""The Flower engine: carries a round's TrainTasks to the SuperNodes over a Flower Grid and
+brings their ClientResults back. The round itself (sampling, dropout, downloads, reduction,
+evaluation, the row, checkpoints) is fedlight's RoundProtocol, driven by
+FederatedTrainer.federate exactly as in fedlight fit; this module only moves messages.
+
+Which SuperNode plays which client: every SuperNode answers a query message with its
+partition-id (and, under Flower's simulation engine, num-partitions). Nodes that join later (a
+restarted SuperNode gets a new node id) are asked before every round, and the newest node of a
+client replaces the old one. A task whose node is missing, does not answer within
+round-timeout, or answers with an error (a killed SuperNode, an exception in the ClientApp)
+comes back as a ClientFailure: the client counts as dropped for that round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from flwr.app import Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from torch import Tensor
+
+from fedlight.federation.evaluation import Score
+from fedlight.federation.protocol import ClientFailure, ClientResult, TrainTask
+from fedlight.flower.codec import decode_result, encode_evaluation, encode_task, unpack_scores
+
+NAME = "flower"
+
+
+def mismatch(num_supernodes: int, num_clients: int) -> ValueError:
+    return ValueError(f"the federation has {num_supernodes} SuperNodes (num-supernodes) but the "
+                      f"config has data.num_clients={num_clients}; they must be equal (one "
+                      "SuperNode per client)")
+
+
+class FlowerEngine:
+    """The SuperNodes behind grid as a ClientEngine.
+
+    Args:
+        grid: the ServerApp's Grid.
+        num_clients: the config's data.num_clients.
+        discovery_timeout: seconds to wait until every client has a SuperNode.
+        round_timeout: seconds to wait for a round's replies (None: until every node answered
+            or was reported unavailable by the SuperLink).
+    """
+
+    name = NAME
+    holds_clients = False
+    resume_hint = ("the same flwr run with --ckpt_path last added to the run config's overrides "
+                   "(--run-config \"overrides='... --ckpt_path last'\")")
+
+    def __init__(self, grid: Grid, num_clients: int, discovery_timeout: float = 600.0,
+                 round_timeout: float | None = None) -> None:
+        self.grid, self.num_clients = grid, num_clients
+        self.discovery_timeout, self.round_timeout = discovery_timeout, round_timeout
+        self.nodes: dict[int, int] = {}  # fedlight client id -> Flower node id
+        self.asked: set[int] = set()  # node ids already asked which client they play
+        self.trainer: Any = None
+
+    # ----------------------------------------------------------------- set-up
+    def attach(self, trainer: Any) -> None:
+        """Refuse what a Flower run cannot do, then find every client's SuperNode."""
+        if trainer.probes:
+            raise ValueError("trainer.probes are not supported under Flower (a probe needs the "
+                             "whole population in one process); valid: none")
+        if trainer.fabric.world_size != 1:
+            raise ValueError(f"trainer.devices x num_nodes = {trainer.fabric.world_size} "
+                             "processes is not supported under Flower; valid: 1 (start more "
+                             "SuperNodes)")
+        self.trainer = trainer
+        self.discover()
+
+    def discover(self) -> None:
+        """Ask the nodes until every client has one (or discovery_timeout passes).
+
+        Raises:
+            ValueError: the number of SuperNodes and data.num_clients differ (known at once
+                under Flower's simulation engine, which tells each node num-partitions, or
+                when a node plays a client id outside the federation).
+            TimeoutError: some clients have no SuperNode after discovery_timeout seconds.
+        """
+        deadline = time.monotonic() + self.discovery_timeout
+        while True:
+            self.ask_new_nodes(max(1.0, deadline - time.monotonic()))
+            missing = sorted(set(range(self.num_clients)) - set(self.nodes))
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no SuperNode plays client(s) {missing} after "
+                                   f"{self.discovery_timeout} s")
+            time.sleep(0.5)
+
+    def ask_new_nodes(self, timeout: float | None = None) -> None:
+        """Ask the nodes not asked yet which client they play (waiting at most timeout
+        seconds for their answers; a node that has not answered is asked again next time)."""
+        new = [n for n in self.grid.get_node_ids() if n not in self.asked]
+        if not new:
+            return
+        messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
+                    for n in new]
+        for reply in self.grid.send_and_receive(messages, timeout=timeout):
+            if reply.has_error():
+                continue
+            answer = reply.content["client"]
+            client_id, node = int(answer["client-id"]), reply.metadata.src_node_id
+            if "num-partitions" in answer and int(answer["num-partitions"]) != self.num_clients:
+                raise mismatch(int(answer["num-partitions"]), self.num_clients)
+            if not 0 <= client_id < self.num_clients:
+                raise ValueError(f"a SuperNode plays client {client_id} but the config has "
+                                 f"data.num_clients={self.num_clients} (valid partition-id: "
+                                 f"0..{self.num_clients - 1})")
+            self.asked.add(node)
+            self.nodes[client_id] = node  # the newest node of a client replaces the old
+
+    @property
+    def run_key(self) -> str:
+        """The fedlight run the SuperNodes keep private states for: the run folder's name."""
+        return self.trainer.run_dir.name
+
+    # ----------------------------------------------------------------- a round
+    def exchange(self, contents: Mapping[int, RecordDict],
+                 kind: str) -> dict[int, Message | str]:
+        """Send each client its content; each client's reply, or why there is none."""
+        self.ask_new_nodes(self.round_timeout)
+        sent = {c: Message(content, dst_node_id=self.nodes[c], message_type=kind)
+                for c, content in contents.items() if c in self.nodes}
+        client_of = {message.metadata.dst_node_id: c for c, message in sent.items()}
+        outcome: dict[int, Message | str] = {c: "no SuperNode" for c in contents}
+        outcome.update({c: "no reply" for c in sent})
+        for reply in self.grid.send_and_receive(list(sent.values()), timeout=self.round_timeout):
+            client_id = client_of.get(reply.metadata.src_node_id)  # known from the node
+            if client_id is not None:
+                outcome[client_id] = (f"error: {reply.error.reason}" if reply.has_error()
+                                      else reply)
+        return outcome
+
+    def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult | ClientFailure]:
+        replies = self.exchange({t.client_id: encode_task(t, self.run_key) for t in tasks},
+                                MessageType.TRAIN)
+        for task in tasks:
+            reply = replies[task.client_id]
+            yield (ClientFailure(task.client_id, reply) if isinstance(reply, str)
+                   else decode_result(task.client_id, reply.content))
+
+    def evaluate(self, round_idx: int,
+                 downloads: Mapping[int, Tensor | Any]) -> dict[int, dict[str, Score]]:
+        replies = self.exchange(
+            {c: encode_evaluation(c, round_idx, shared, self.run_key)
+             for c, shared in downloads.items()}, MessageType.EVALUATE)
+        return {c: unpack_scores(r.content["scores"]["scores"]) for c, r in replies.items()
+                if not isinstance(r, str)}
+
+
+__all__ = ["NAME", "FlowerEngine", "mismatch"]
