@@ -314,7 +314,7 @@ def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
     from fedlight.flower import build_client_app
     from fedlight.flower.inline import InlineGrid
     from fedlight.flower.server import serve
-    from fedlight.flower.setup import load_run
+    from fedlight.flower.settings import load_run
 
     config = str(CONFIGS / "gpfl/paper/agnews_fasttext_dirichlet.yaml")
     overrides = ["--data.root", str(write_agnews(tmp_path / "ag")), "--data.download", "false",
