@@ -82,6 +82,41 @@ def test_sigint_keeps_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
             assert float(a[column]) == pytest.approx(float(b[column]), rel=1e-6), column
 
 
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["sigint-to-the-command", "sigterm-to-its-process-group"])
+def test_a_signal_stops_a_forked_two_process_run_with_exit_130_and_a_checkpoint(
+        tmp_path, signum, to_group):
+    """SIGINT or SIGTERM on ``--trainer.devices 2 --trainer.strategy ddp_fork``, sent to the
+    command (as ``kill`` does) or to its whole process group (as a terminal's Ctrl-C or a
+    service manager does): the ranks finish the round, rank 0 writes the checkpoint and the
+    command exits 130 within seconds, instead of dying at once or training on unseen."""
+    runs = tmp_path / "runs"
+    config = tiny_config(tmp_path, runs, rounds=100_000, threads=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedlight.cli", "fit", "-c", config, "--trainer.devices", "2",
+         "--trainer.strategy", "ddp_fork"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a terminal's foreground job
+    run_dir = runs / "fedavg-synthetic-iid-s0"
+    try:
+        wait_for_rows(run_dir / "metrics.csv", 2, process, timeout=120)
+        (os.killpg if to_group else os.kill)(process.pid, signum)
+        sent = time.monotonic()
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - sent < 30
+    assert "Traceback" not in stderr
+    kept = rows(run_dir)
+    assert 2 <= len(kept) < 100_000
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert checkpoint["rounds_done"] == len(kept)
+    assert f"stopped after round {len(kept)}" in stderr and "--ckpt_path last" in stderr
+
+
 class FailsInRoundTwo(FedAvg):
     def on_round_start(self, round, message):
         if round == 1:

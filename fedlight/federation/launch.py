@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import multiprocessing
 import os
+import signal
 import sys
 import tempfile
+import threading
+import time
+import traceback
+from types import FrameType
 from typing import Any
 
 import torch
@@ -13,6 +21,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.strategies import DDPStrategy
 from torch import nn
 
+from fedlight.federation.interrupt import SIGNALS
 from fedlight.federation.server.base import move as _move
 from fedlight.federation.store import STORAGES
 
@@ -155,27 +164,87 @@ def launch(trainer: Any, method: str, *args: Any) -> Any:
     Returns rank 0's result. With a spawn / fork launcher the calling process does not take
     part; it receives rank 0's :data:`RETURNED_ATTRIBUTES` (``trainer.history`` and
     ``trainer.global_state`` are then filled as after a 1-process run; the client states are
-    in the run's checkpoint).
+    in the run's checkpoint), and an exception of a rank is raised here as it was raised there
+    (the first rank to fail names the cause; e.g. ``RunInterrupted`` after a Ctrl-C).
+
+    Ctrl-C and SIGTERM: the started processes run in process groups of their own, so a
+    terminal's Ctrl-C reaches the calling process only, which passes each SIGINT / SIGTERM on
+    to every rank once. The ranks then stop as a one-process run does (the first signal after
+    the round in progress, with a checkpoint; a second one at once).
     """
     fd, path = tempfile.mkstemp(prefix="fedlight-result-", suffix=".pt")
     os.close(fd)
     try:
-        result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(), *args)
+        with ForwardSignals():
+            result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(),
+                                           *args)
         if torch.distributed.is_initialized():  # this process was a rank itself (ddp / torchrun)
             return result
-        value, attributes = torch.load(path, map_location="cpu", weights_only=False)
+        outcomes = [torch.load(p, map_location="cpu", weights_only=False)
+                    for p in glob.glob(f"{path}.*")]
     finally:
-        os.unlink(path)
+        for name in [path, *glob.glob(f"{path}.*")]:
+            os.unlink(name)
+    failures = sorted((o for o in outcomes if o[0] == "error"), key=lambda o: o[1])
+    if failures:
+        raise failures[0][2]
+    (_, value, attributes), = [o for o in outcomes if o[0] == "result"]
     for name, attribute in attributes.items():
         setattr(trainer, name, attribute)
     return value
 
 
+class ForwardSignals:
+    """While the ranks of a spawn / fork launch run, pass each SIGINT / SIGTERM the calling
+    process receives on to them (they run in their own process groups, see :func:`launch`).
+    Before any rank has started, a signal keeps its usual meaning."""
+
+    def __enter__(self) -> ForwardSignals:
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._forward) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        ranks = multiprocessing.active_children()
+        if not ranks:
+            previous = self._previous[signum]
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+            return
+        for rank in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rank.pid, signum)
+
+
 def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller: int,
                     *args: Any) -> Any:
+    started = os.getpid() != caller
+    if started:  # signals reach this rank through the caller only (ForwardSignals)
+        if hasattr(os, "setpgid"):
+            os.setpgid(0, 0)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     trainer.fabric = fabric  # the launched (set-up) Fabric of this process
-    value = getattr(trainer, method)(*args)
-    if fabric.global_rank != 0 or os.getpid() == caller:
+    try:
+        value = getattr(trainer, method)(*args)
+    except BaseException as error:
+        if not started:
+            raise
+        # torch's worker wrapper swallows a KeyboardInterrupt (the rank then exits as if it
+        # succeeded and the caller waits for a result forever) and turns other exceptions
+        # into a traceback text: hand the exception itself to the caller instead.
+        failed_at = time.time()
+        error.add_note(f"(raised on rank {fabric.global_rank}:)\n{traceback.format_exc()}")
+        _save_outcome(f"{path}.{fabric.global_rank}", ("error", failed_at, error))
+        return None
+    if fabric.global_rank != 0 or not started:
         return value
     # A spawned / forked rank 0 hands its results to the caller through a file: Fabric's
     # launcher reads its result pipe only after the workers exit (a result over the pipe's
@@ -183,8 +252,20 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
     # descriptors that die with the worker.
     attributes = {name: _move(getattr(trainer, name), torch.device("cpu"))
                   for name in RETURNED_ATTRIBUTES if hasattr(trainer, name)}
-    torch.save((value, attributes), path)
+    _save_outcome(f"{path}.0", ("result", value, attributes))
     return None
+
+
+def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
+    try:
+        torch.save(outcome, path)
+    except Exception:  # an exception that does not pickle: its type and text, as text
+        if outcome[0] != "error":
+            raise
+        error = outcome[2]
+        text = "".join(traceback.format_exception(error))
+        torch.save(("error", outcome[1], RuntimeError(f"{type(error).__name__}: {error}\n{text}")),
+                   path)
 
 
 __all__ = ["STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
