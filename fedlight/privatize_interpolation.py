@@ -95,7 +95,7 @@ def interpolation_grid(
         if len(y) == 0:
             continue
         correct = torch.zeros(n, n, dtype=torch.float64, device=device)
-        for xb, yb in iterate_batches(x, y, batch_size):
+        for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
             correct += _correct_counts(model, xb, yb, weights)
         pooled += correct.cpu()
         per_client_means += correct.cpu() / len(y)

@@ -75,7 +75,7 @@ def score_outputs(
     """
     sums: dict[str, list[Tensor]] = {}
     probabilities: dict[str, list[Tensor]] = {}
-    for xb, yb in iterate_batches(x, y, batch_size):
+    for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
         for name, logits in outputs_fn(xb).items():
             logits = logits.float()
             stats = multiclass_stat_scores(logits, yb, logits.shape[-1], average=None)
