@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
+import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
 DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
@@ -45,9 +46,11 @@ def debugging() -> bool:
 
 
 def exit_with_error(error: BaseException) -> NoReturn:
-    """Print ``error: <message>`` on stderr and exit with code 2."""
-    print(f"error: {user_message(error)}", file=sys.stderr)
-    print(f"(set {DEBUG_VARIABLE}=1 for the traceback)", file=sys.stderr)
+    """Print the one line ``error: <message>`` on stderr and exit with code 2. In a
+    multi-process run every rank raises the error; only rank 0 prints it."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_rank() != 0):
+        print(f"error: {user_message(error)}", file=sys.stderr)
     sys.exit(2)
 
 

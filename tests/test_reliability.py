@@ -117,6 +117,39 @@ def test_a_signal_stops_a_forked_two_process_run_with_exit_130_and_a_checkpoint(
     assert f"stopped after round {len(kept)}" in stderr and "--ckpt_path last" in stderr
 
 
+def test_two_processes_resuming_no_run_print_one_error_line(tmp_path):
+    """``--trainer.devices 2 --ckpt_path last`` with no run: Fabric's ``ddp`` launcher re-runs
+    the command for rank 1; rank 0 finds no checkpoint, every rank learns it and only rank 0
+    prints the one line (no gloo traceback from rank 1)."""
+    config = tiny_config(tmp_path, tmp_path / "runs", threads=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", "-c", config,
+                           "--trainer.devices", "2", "--ckpt_path", "last"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no run named 'fedavg-synthetic-iid-s0'" in errors[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_forked_run_raises_a_ranks_error_as_it_was_raised(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    config = tiny_config(tmp_path, tmp_path / "runs", threads=1)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", config, "--trainer.devices", "2", "--trainer.strategy", "ddp_fork",
+              "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [
+        "error: ckpt_path='last' but no run named 'fedavg-synthetic-iid-s0' with "
+        f"checkpoints/last.ckpt exists under '{tmp_path / 'runs'}'; pass a checkpoint path or "
+        "run fit first"]
+    assert "Traceback" not in err
+    with pytest.raises(FileNotFoundError, match="no run named"):  # the rank's own exception
+        tiny_trainer(tmp_path, devices=2, strategy="ddp_fork", threads=1).fit(
+            make_client(FedAvg), tiny_data(), ckpt_path="last")
+
+
 class FailsInRoundTwo(FedAvg):
     def on_round_start(self, round, message):
         if round == 1:

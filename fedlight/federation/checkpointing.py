@@ -119,7 +119,7 @@ class RunCheckpoints:
         self.reinitialize = False  # the checkpoint holds the weights
         self._prepare(model, datamodule)
         try:
-            file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
+            file = self.writer.checkpoint_file(ckpt_path or "last")
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
             self._check_checkpoint(checkpoint, states_only=True)
             self.writer.open_existing(file)

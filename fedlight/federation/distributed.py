@@ -186,6 +186,22 @@ class Distributed:
         torch.distributed.all_gather_object(parts, list(participations))
         return [int(parts[self.owner(i)][i]) for i in range(len(participations))]
 
+    def from_writer(self, compute: Callable[[], Any]) -> Any:
+        """Rank 0's ``compute()`` on every rank; an exception raised by it on rank 0 is raised
+        on every rank (so no rank waits for a collective that rank 0 never joins)."""
+        if not self.active:
+            return compute()
+        message: Any = None
+        if self.is_writer:
+            try:
+                message = ("ok", compute())
+            except Exception as error:  # re-raised on every rank below
+                message = ("error", error)
+        status, payload = self.fabric.broadcast(message, src=0)
+        if status == "error":
+            raise payload
+        return payload
+
     def share_checkpoint(self, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Rank 0 runs ``load()`` (so only rank 0 needs to see the file); every rank gets the
         checkpoint with its per-client entries (:data:`PER_CLIENT_KEYS`) cut down to the
@@ -193,21 +209,16 @@ class Distributed:
         rank."""
         if not self.active:
             return load()
-        checkpoint: dict[str, Any] | None = None
-        message: Any = None
-        if self.is_writer:
-            try:
-                checkpoint = load()
-                message = ("ok", {k: v for k, v in checkpoint.items()
-                                  if k not in PER_CLIENT_KEYS})
-            except Exception as error:  # re-raised on every rank below
-                message = ("error", error)
-        status, payload = self.fabric.broadcast(message, src=0)
-        if status == "error":
-            raise payload
+        loaded: dict[str, Any] = {}
+
+        def load_common_part() -> dict[str, Any]:
+            loaded.update(load())
+            return {k: v for k, v in loaded.items() if k not in PER_CLIENT_KEYS}
+
+        payload = self.from_writer(load_common_part)
         shards: list[Any] | None = None
-        if checkpoint is not None:
-            shards = [{key: {c: s for c, s in (checkpoint.get(key) or {}).items()
+        if self.is_writer:
+            shards = [{key: {c: s for c, s in (loaded.get(key) or {}).items()
                              if self.owner(int(c)) == r} for key in PER_CLIENT_KEYS}
                       for r in range(self.world_size)]
         mine: list[Any] = [None]

@@ -7,6 +7,7 @@ import contextlib
 import glob
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -257,15 +258,16 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
 
 
 def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
+    # pickle's default protocol: torch.save's protocol 2 turns a FileNotFoundError into OSError
     try:
-        torch.save(outcome, path)
+        torch.save(outcome, path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
     except Exception:  # an exception that does not pickle: its type and text, as text
         if outcome[0] != "error":
             raise
         error = outcome[2]
         text = "".join(traceback.format_exception(error))
         torch.save(("error", outcome[1], RuntimeError(f"{type(error).__name__}: {error}\n{text}")),
-                   path)
+                   path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
 
 
 __all__ = ["STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",

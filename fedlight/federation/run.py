@@ -41,7 +41,9 @@ class RunWriter:
 
     # ----------------------------------------------------------------- opening
     def checkpoint_file(self, ckpt_path: str) -> Path:
-        return find_checkpoint(ckpt_path, self.root, self.run_name)
+        """The checkpoint ``ckpt_path`` names, found by rank 0 and known on every rank (every
+        rank calls this; a missing run is a ``FileNotFoundError`` on every rank)."""
+        return self.dist.from_writer(lambda: find_checkpoint(ckpt_path, self.root, self.run_name))
 
     def open(self, resume_from: Path | None, write_header: Callable[[RunFolder], None],
              hyperparameters: Mapping[str, Any]) -> RunFolder:

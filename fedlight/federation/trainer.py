@@ -213,8 +213,7 @@ class FederatedTrainer(RunCheckpoints):
         if needs_launch(self.fabric):  # several processes: start them, each runs fit
             return launch(self, "fit", model, datamodule, ckpt_path, server)
         self._prepare(model, datamodule, server)
-        checkpoint_file = self.writer.checkpoint_file(ckpt_path) if (
-            ckpt_path and self.dist.is_writer) else None
+        checkpoint_file = self.writer.checkpoint_file(ckpt_path) if ckpt_path else None
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
         if checkpoint:
