@@ -33,6 +33,11 @@ CASES = {
     "negative lr": (["--model.lr", "-1"], "lr must be positive, got -1.0", ""),
     "missing config": (["-c", "{tmp}/none.yaml"], "config file", "none.yaml' does not exist"),
     "no run to resume": (["--ckpt_path", "last"], "ckpt_path='last'", "no run named"),
+    "double precision": (["--trainer.precision", "64-true"], "precision '64-true' is not "
+                         "supported; valid: 32-true, 16-mixed, bf16-mixed", ""),
+    "transformer engine": (["--trainer.precision", "transformer-engine"],
+                           "precision 'transformer-engine' is not supported", ""),
+    "half weights": (["--trainer.precision", "bf16-true"], "'bf16-true' is not supported", ""),
 }
 
 

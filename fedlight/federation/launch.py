@@ -53,6 +53,23 @@ def check_scale_options(strategy: str, drop_rate: float, client_state_storage: s
                          f"{', '.join(STORAGES)}")
 
 
+#: ``trainer.precision`` values that run every method: 32-bit, or mixed precision (the weights
+#: stay float32). The "-true" half / double precisions and transformer-engine are refused:
+#: methods compute on their data outside the training step (prototypes, GPFL's conditions,
+#: Per-FedAvg's functional steps) with float32 inputs, which a float16 / float64 model rejects.
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "32", "16", "bf16")
+
+
+def check_precision(precision: str) -> str:
+    """Return ``precision`` when it is one of :data:`PRECISIONS`, else raise ``ValueError``
+    naming it and the valid values."""
+    if str(precision) not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not supported; valid: "
+                         f"{', '.join(PRECISIONS)} (fedlight trains float32 weights; the "
+                         "'-true' half / double precisions and transformer-engine do not run)")
+    return str(precision)
+
+
 #: ``trainer.threads`` values that are not a thread count.
 THREAD_RULES = ("auto", None)
 
@@ -123,6 +140,7 @@ def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision:
     ``workers_per_device`` > 1 starts that many processes on each device (each trains its own
     clients, as with several devices); on GPUs their process group is gloo, because NCCL
     refuses two ranks on one GPU."""
+    precision = check_precision(precision)
     if devices == "auto" and workers_per_device == 1 and num_nodes == 1:
         devices, strategy = resolve_auto_devices(accelerator, strategy)
     options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
@@ -270,6 +288,6 @@ def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
                    path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
 
 
-__all__ = ["STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
-           "check_scale_options", "check_threads", "cpu_cores", "launch", "make_fabric",
-           "needs_launch", "resolve_auto_devices"]
+__all__ = ["PRECISIONS", "STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
+           "check_precision", "check_scale_options", "check_threads", "cpu_cores", "launch",
+           "make_fabric", "needs_launch", "resolve_auto_devices"]

@@ -84,7 +84,7 @@ class FederatedTrainer(RunCheckpoints):
             with another program busy on a core, the process sharing it sets every round's
             pace (1.46-1.7x the quiet round, against 0.96x for one process).
         num_nodes: Fabric nodes (multi-node runs are started by torchrun or SLURM).
-        precision: Fabric precision: 32-true, bf16-mixed, 16-mixed, ...
+        precision: Fabric precision: 32-true, 16-mixed or bf16-mixed (also 32, 16, bf16).
         workers_per_device: processes per device (default 1); more lets several processes
             share one GPU, each training its own clients (results as with one process).
         strategy: how several processes start: auto / ddp (re-runs the command per rank),
