@@ -180,6 +180,26 @@ def test_a_resume_under_a_changed_configuration_is_refused_naming_the_keys(tmp_p
         tiny_trainer(tmp_path, run_name="r").test(make_client(FedAvg, lr=0.2), tiny_data())
 
 
+def test_extending_a_method_that_reads_the_planned_rounds_is_refused(tmp_path):
+    from fedlight.clients import MAP
+
+    tiny_trainer(tmp_path, rounds=1, run_name="m").fit(make_client(MAP), tiny_data())
+    with pytest.raises(ValueError, match="MAP trains with trainer.rounds as the planned number "
+                                         "of rounds, so resuming its 1-round run with "
+                                         "trainer.rounds 2 would differ"):
+        tiny_trainer(tmp_path, rounds=2, run_name="m").fit(make_client(MAP), tiny_data(),
+                                                           ckpt_path="last")
+    assert [row["round"] for row in rows(tmp_path / "m")] == ["1"]
+
+
+def test_a_resume_with_other_threads_is_refused(tmp_path):
+    tiny_trainer(tmp_path, rounds=1, run_name="t", threads=1).fit(make_client(FedAvg),
+                                                                  tiny_data())
+    with pytest.raises(ValueError, match=r"trainer.threads: 1 -> 2"):
+        tiny_trainer(tmp_path, rounds=2, run_name="t", threads=2).fit(
+            make_client(FedAvg), tiny_data(), ckpt_path="last")
+
+
 def test_last_names_exactly_this_seeds_run_never_a_longer_seed(tmp_path):
     tiny_trainer(tmp_path, rounds=1, seed=10).fit(make_client(FedAvg), tiny_data())
     (seed_10,) = [p.name for p in tmp_path.iterdir()]

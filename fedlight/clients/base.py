@@ -157,6 +157,11 @@ class FederatedClient(L.LightningModule):
     #: state at evaluation rounds.
     evaluate_after_local_training: bool = False
 
+    #: True when the method's training reads ``context.rounds`` (the planned number of rounds,
+    #: e.g. MAP's HPM momentum uses it as T): a run resumed with another ``trainer.rounds``
+    #: would then differ from a run planned that long, so the trainer refuses the change.
+    reads_planned_rounds: bool = False
+
     def __init__(
         self,
         backbone: str = "cnn",

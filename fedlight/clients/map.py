@@ -191,6 +191,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
     """
 
     evaluate_after_local_training = True
+    reads_planned_rounds = True  # HPM momentum: mu * selections / (join_ratio * T)
 
     def __init__(
         self,

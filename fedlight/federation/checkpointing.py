@@ -100,6 +100,14 @@ class RunCheckpoints:
                          None if states_only else type(self.server).__name__)
         ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
         check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
+        planned = (checkpoint.get("config") or {}).get("trainer", {}).get("rounds", self.rounds)
+        if not states_only and self.client.reads_planned_rounds and planned != self.rounds:
+            method = type(self.client).__name__
+            raise ValueError(
+                f"{method} trains with trainer.rounds as the planned number of rounds, so "
+                f"resuming its {planned}-round run with trainer.rounds {self.rounds} would "
+                f"differ from a run planned for {self.rounds} rounds; resume with "
+                f"trainer.rounds {planned}, or start a new run (without ckpt_path)")
 
     def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         self.server.load_state_dict(checkpoint["server"])

@@ -205,8 +205,10 @@ class FederatedTrainer(RunCheckpoints):
             datamodule: the federated data.
             ckpt_path: resume a run: a checkpoint file, or last for the newest
                 checkpoints/last.ckpt of the run this configuration names (folder run_name or
-                run_name-vN). The configuration must be the run's own (only trainer.rounds may
-                change); the run and round resumed are printed.
+                run_name-vN). The configuration must be the run's own (trainer.threads
+                included); trainer.rounds may change, which trains the rounds a run planned
+                that long would, except for a method that reads the planned rounds (MAP:
+                refused); the run and round resumed are printed.
             server: a server rule replacing the method's own (e.g. FedAdam, Krum, DPFedAvg),
                 where the method allows it; None = the method's configure_server().
         """
@@ -295,7 +297,7 @@ class FederatedTrainer(RunCheckpoints):
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                  "weighting", "drop_rate", "reinitialize")
+                  "weighting", "drop_rate", "reinitialize", "threads")
         return describe_run(self.client, self.datamodule, self.server,
                             {**{k: getattr(self, k) for k in fields}, **self.local_options,
                              "precision": self.precision})
