@@ -18,17 +18,17 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
+from fedlight.compat import LightningCLISteps
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
 from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, exit_with_error
@@ -36,7 +36,7 @@ from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
 
-class FedlightCLI(LightningCLI):
+class FedlightCLI(LightningCLISteps):
     """LightningCLI with ``FederatedTrainer`` in the ``trainer`` slot.
 
     LightningCLI only accepts a ``lightning.Trainer`` there, so the trainer's arguments are
@@ -78,22 +78,22 @@ class FedlightCLI(LightningCLI):
         parser.link_arguments("data.input_shape", "model.init_args.input_shape",
                               apply_on="instantiate")
 
-    def _parse_ckpt_path(self) -> None:
-        """fedlight checkpoints hold the run state, not model hyper-parameters."""
+    def section(self, config: Any, key: str) -> Any:
+        """``config[<subcommand>][key]``, or ``config[key]`` without a subcommand."""
+        return (config[self.subcommand] if self.subcommand else config)[key]
 
-    def _set_seed(self) -> None:
+    def before_instantiate_classes(self) -> None:
         # Model initialization is seeded by trainer.seed so one number fixes the whole run.
-        seed_everything(int(self._get(self.config, "trainer").seed), verbose=False)
+        seed_everything(int(self.section(self.config, "trainer").seed), verbose=False)
 
     def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
-        trainer = self._get(self.config_init, "trainer")
+        trainer = self.section(self.config_init, "trainer")
         if not isinstance(trainer, FederatedTrainer):
             trainer = FederatedTrainer(**{**trainer, **kwargs})
         if self.subcommand is not None:
-            with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
-                warnings.filterwarnings("ignore", message="(?s).*skip_none")
-                trainer.run_config = self._parser(self.subcommand).dump(
-                    self.config[self.subcommand], skip_none=False)
+            # The subcommand's resolved configuration, as the main parser dumps it.
+            everything = yaml.safe_load(self.parser.dump(self.config, skip_unset=False))
+            trainer.run_config = yaml.safe_dump(everything[self.subcommand], sort_keys=False)
         trainer.command = command_without_ckpt_path(self.argv)
         return trainer
 

@@ -38,6 +38,10 @@ CASES = {
     "transformer engine": (["--trainer.precision", "transformer-engine"],
                            "precision 'transformer-engine' is not supported", ""),
     "half weights": (["--trainer.precision", "bf16-true"], "'bf16-true' is not supported", ""),
+    "not a number": (["--model.init_args.lr", "abc"], "model.lr: expected a float, got 'abc'",
+                     ""),
+    "not a choice": (["--trainer.weighting", "sample"], "trainer.weighting: got 'sample'; "
+                     "valid: samples, uniform", "did you mean 'samples'?"),
 }
 
 
@@ -54,10 +58,20 @@ def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monke
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
-    assert len(err.strip().splitlines()) <= 5
+    assert len(err.strip().splitlines()) == 1  # one line, as the README says
     for fragment in expected:
         assert fragment in err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_help_of_an_unknown_model_lists_the_models(capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "GPLF", "--help"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown model 'GPLF'; valid: APFL, ")
+    assert err.strip().endswith("did you mean 'GPFL'?")
 
 
 def test_the_debug_switch_shows_the_exception(monkeypatch):

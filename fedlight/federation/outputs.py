@@ -226,6 +226,5 @@ def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) ->
 def _finish(logger: Any) -> None:
     if hasattr(logger, "finalize"):
         logger.finalize("success")
-    experiment = getattr(logger, "_experiment", None)
-    if experiment is not None and hasattr(experiment, "finish"):
-        experiment.finish()
+    if type(logger).__name__ == "WandbLogger":  # its run was started by log_hyperparams
+        logger.experiment.finish()
