@@ -192,6 +192,17 @@ def test_extending_a_method_that_reads_the_planned_rounds_is_refused(tmp_path):
     assert [row["round"] for row in rows(tmp_path / "m")] == ["1"]
 
 
+def test_resuming_a_run_already_past_trainer_rounds_says_nothing_is_trained(tmp_path):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    before = rows(tmp_path / "r")
+    for rounds in (1, 2):
+        with pytest.raises(ValueError, match=f"nothing to train: the run is at round 2 and "
+                                             f"trainer.rounds is {rounds}"):
+            tiny_trainer(tmp_path, rounds=rounds, run_name="r").fit(
+                make_client(FedAvg), tiny_data(), ckpt_path="last")
+    assert rows(tmp_path / "r") == before
+
+
 def test_a_resume_with_other_threads_is_refused(tmp_path):
     tiny_trainer(tmp_path, rounds=1, run_name="t", threads=1).fit(make_client(FedAvg),
                                                                   tiny_data())

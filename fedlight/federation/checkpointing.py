@@ -100,6 +100,11 @@ class RunCheckpoints:
                          None if states_only else type(self.server).__name__)
         ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
         check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
+        if not states_only and checkpoint["rounds_done"] >= self.rounds:
+            raise ValueError(
+                f"nothing to train: the run is at round {checkpoint['rounds_done']} and "
+                f"trainer.rounds is {self.rounds}; pass trainer.rounds above "
+                f"{checkpoint['rounds_done']} to extend it (fedlight test evaluates it as it is)")
         planned = (checkpoint.get("config") or {}).get("trainer", {}).get("rounds", self.rounds)
         if not states_only and self.client.reads_planned_rounds and planned != self.rounds:
             method = type(self.client).__name__
