@@ -210,9 +210,9 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m fedlight.privatize_interpolation RUN_DIR [--step 0.1] [--out DIR]``."""
+    """``fedlight interpolate RUN_DIR [--step 0.1] [--out DIR]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m fedlight.privatize_interpolation",
+        prog="fedlight interpolate",
         description="Interpolation trick of 'Aggregate or Not?' (Fig. 9) on a trained AaBb run.")
     parser.add_argument("run_dir", help="run folder (holds config.yaml and checkpoints/)")
     parser.add_argument("--step", type=float, default=0.1, help="grid step of alpha and beta")

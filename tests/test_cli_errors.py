@@ -115,3 +115,15 @@ def test_fit_help_describes_trainer_options_and_ckpt_path(capsys):
     assert "--trainer.weighting {samples,uniform}" in out
     assert "--ckpt_path CKPT_PATH resume a run" in out
     assert "pfllib" in out and "digits5" in out and "``" not in out.split("--data.source")[1][:600]
+
+
+def test_help_lists_the_backbones_and_tools_name_their_command(capsys):
+    from fedlight.models import BACKBONES
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "GPFL", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one of: " + ", ".join(sorted(BACKBONES)) in text
+    with pytest.raises(SystemExit):
+        main(["interpolate", "--help"])
+    assert capsys.readouterr().out.startswith("usage: fedlight interpolate ")

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from fedlight.federation.server.base import ServerRule
 from fedlight.federation.server.mean import WeightedMean
-from fedlight.models import build_backbone
+from fedlight.models import BACKBONES, build_backbone
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -139,8 +139,8 @@ class FederatedClient(L.LightningModule):
     """Base class of every fedlight method: FedAvg's behaviour with all hooks at their defaults.
 
     Args:
-        backbone: model-zoo name (``fedlight.models.BACKBONES``), e.g. ``"cnn"`` for the
-            4-layer CNN of FedAvg / GPFL.
+        backbone: model-zoo name, e.g. ``"cnn"`` for the 4-layer CNN of FedAvg / GPFL; one
+            of: {backbones}.
         num_classes: number of classes; linked from the data module by the CLI.
         input_shape: shape of one input sample; linked from the data module by the CLI.
         optimizer: ``"sgd"``, ``"adam"`` or ``"adamw"``.
@@ -399,6 +399,11 @@ class FederatedClient(L.LightningModule):
                 prefix = f"{module_name}." if module_name else ""
                 keys += [prefix + k for k in module.state_dict().keys()]
         return keys
+
+
+# The valid backbones in --help, as registered when the model zoo was imported.
+FederatedClient.__doc__ = (FederatedClient.__doc__ or "").replace(
+    "{backbones}", ", ".join(sorted(BACKBONES)))
 
 
 def _outermost_init_arguments(instance: object) -> dict[str, Any]:
