@@ -16,8 +16,10 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +47,25 @@ class FedlightCLI(LightningCLISteps):
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
         self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
-        super().__init__(
-            model_class=FederatedClient,
-            datamodule_class=FederatedDataModule,
-            trainer_class=FederatedTrainer,  # type: ignore[arg-type]
-            parser_class=FedlightParser,
-            subclass_mode_model=True,
-            save_config_callback=None,
-            auto_configure_optimizers=False,
-            load_from_checkpoint_support=False,
-            seed_everything_default=False,
-            args=args,
-            run=run,
-        )
+        # What a user sees is fedlight's output: jsonargparse's deprecation notes are about
+        # LightningCLI's own calls (jsonargparse's documented switch turns them off), and
+        # fedlight passes args on purpose where LightningCLI warns against it.
+        os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            super().__init__(
+                model_class=FederatedClient,
+                datamodule_class=FederatedDataModule,
+                trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+                parser_class=FedlightParser,
+                subclass_mode_model=True,
+                save_config_callback=None,
+                auto_configure_optimizers=False,
+                load_from_checkpoint_support=False,
+                seed_everything_default=False,
+                args=args,
+                run=run,
+            )
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:

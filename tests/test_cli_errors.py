@@ -127,3 +127,19 @@ def test_help_lists_the_backbones_and_tools_name_their_command(capsys):
     with pytest.raises(SystemExit):
         main(["interpolate", "--help"])
     assert capsys.readouterr().out.startswith("usage: fedlight interpolate ")
+
+
+def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_no_lightning_header(
+        tmp_path, capsys, monkeypatch, recwarn):
+    monkeypatch.delenv("JSONARGPARSE_DEPRECATION_WARNINGS", raising=False)
+    monkeypatch.setattr("sys.argv", ["fedlight", "fit", "--trainer.rounds", "1"])
+    main(["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp",
+          "--data.source", "synthetic", "--data.num_clients", "2", "--data.synthetic_samples",
+          "60", "--data.synthetic_shape", "[1,4,4]", "--trainer.rounds", "1",
+          "--trainer.verbose", "false", "--trainer.progress_bar", "false",
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "quiet"])
+    notes = [str(w.message) for w in recwarn
+             if "jsonargparse" in w.filename or "lightning/pytorch/cli" in w.filename]
+    assert notes == []
+    assert "Deprecat" not in capsys.readouterr().err
+    assert not (tmp_path / "quiet" / "config.yaml").read_text().startswith("# lightning")

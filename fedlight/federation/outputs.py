@@ -84,13 +84,17 @@ class RunFolder:
 
             self.loggers.append(TensorBoardLogger(str(self.path), name="tensorboard", version=""))
         if "wandb" in self.logger_names:
+            import wandb
             from lightning.pytorch.loggers import WandbLogger
 
             offline = (os.environ.get("WANDB_MODE") == "offline"
                        or not os.environ.get("WANDB_API_KEY"))
+            # Offline, W&B's terminal lines (its run summary, a note on a setting Lightning
+            # passes) only repeat what fedlight prints; the run is in <run>/wandb/.
+            settings = {"settings": wandb.Settings(silent=True)} if offline else {}
             self.loggers.append(WandbLogger(
                 project=self.wandb_project, name=self.path.name, group=self.group,
-                save_dir=str(self.path), offline=offline,
+                save_dir=str(self.path), offline=offline, **settings,
             ))
         for logger in self.loggers:
             logger.log_hyperparams(dict(hyperparameters))
