@@ -53,3 +53,23 @@ def test_extending_guide_examples_run(tmp_path):
     summary = trainer.fit(make_client(FedAvg), tiny_data(), server=namespace["Median"]())
     rows = list(csv.DictReader(open(Path(summary["run_dir"]) / "metrics.csv")))
     assert summary["server"] == "Median" and float(rows[-1]["head_norm"]) > 0
+
+
+def test_the_readme_names_exactly_the_methods_dp_does_not_wrap():
+    from fedlight.clients import CLIENTS
+    from fedlight.federation.server import resolve_rule
+    from fedlight.privacy import DPFedAvg
+    from tests.conftest import make_client
+
+    refused = []
+    for name, cls in sorted(CLIENTS.items()):
+        shape = {"backbone": "cnn_bn", "input_shape": (1, 16, 16)} if name == "FedBN" else {}
+        try:
+            resolve_rule(make_client(cls, **shape).configure_server(), DPFedAvg(clip_norm=1.0),
+                         name)
+        except ValueError:
+            refused.append(name)
+    row = next(line for line in README.read_text().splitlines() if "`server: DPFedAvg`" in line)
+    listed = re.search(r"\(not ([^:]+):", row)
+    assert listed is not None, row
+    assert listed.group(1).split(", ") == refused
