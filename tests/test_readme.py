@@ -73,3 +73,14 @@ def test_the_readme_names_exactly_the_methods_dp_does_not_wrap():
     listed = re.search(r"\(not ([^:]+):", row)
     assert listed is not None, row
     assert listed.group(1).split(", ") == refused
+
+
+def test_docs_and_code_speak_of_the_project_not_of_how_it_was_made():
+    root = README.parent
+    pattern = re.compile(r"issue [0-9]|stop [0-9]|agent|session", re.I)
+    files = [README, *(root / "docs").rglob("*"), *(root / "benchmarks").rglob("*"),
+             *(root / "fedlight").rglob("*.py")]
+    hits = [f"{path.relative_to(root)}: {line.strip()}" for path in files
+            if path.is_file() and path.suffix in (".md", ".py", ".yaml", ".csv", ".jsonl")
+            for line in path.read_text().splitlines() if pattern.search(line)]
+    assert hits == []

@@ -114,7 +114,7 @@ def resolve_auto_devices(accelerator: str, strategy: str) -> tuple[int | str, st
     (:func:`cpu_cores`), each with one thread under ``threads: auto``, started by fork
     (``ddp_fork``) when ``strategy`` is ``auto``; elsewhere Fabric's own ``auto`` (every visible
     GPU). Why not Fabric's CPU meaning (one process): fedlight's clients are independent, so
-    processes scale without threads' contention; on the main job 2 processes finish 1 round
+    processes scale without threads' contention; on the quick-start run 2 processes finish 1 round
     1.23-1.27x and 20 rounds 1.69-1.73x sooner than 1 on 2 cores, start-up included (fork
     costs ~0.1 s; benchmarks/processes.py). Fork is Linux-only here (it is unsafe with macOS system
     libraries and absent on Windows): elsewhere ``auto`` on CPU with ``strategy: auto`` is one

@@ -79,7 +79,7 @@ class FederatedTrainer(RunCheckpoints):
         devices: Fabric devices; more than one runs one process per device, each training
             the sampled clients it owns (client i on rank i % world size); results do not
             depend on the number of processes. ``auto`` on CPU is one process per core, started
-            by fork on Linux (2 processes ran the main job 1.66x faster on 2 idle cores; 1
+            by fork on Linux (2 processes ran the quick-start run 1.66x faster on 2 idle cores; 1
             round already pays for the start-up); on GPUs it is every visible GPU. Default 1:
             with another program busy on a core, the process sharing it sets every round's
             pace (1.46-1.7x the quiet round, against 0.96x for one process).
