@@ -16,11 +16,10 @@ from torch import Tensor
 WEIGHTINGS = ("samples", "uniform")
 
 
-def _accumulator_dtype(tensor: Tensor) -> torch.dtype:
-    # Everything is summed in float64: integer buffers (BatchNorm's num_batches_tracked) and
-    # half precision get an exact enough mean, and a single client's state comes back bit for
-    # bit (w * n / n is exact in float64 for a float32 w). Cast back to the original dtype.
-    return torch.float64
+# Everything is summed in float64: integer buffers (BatchNorm's num_batches_tracked) and half
+# precision get an exact enough mean, and a single client's state comes back bit for bit
+# (w * n / n is exact in float64 for a float32 w). Cast back to the original dtype.
+ACCUMULATOR_DTYPE = torch.float64
 
 
 class WeightedSum:
@@ -39,7 +38,7 @@ class WeightedSum:
             raise ValueError("all aggregated states must have the same keys")
         for key, tensor in state.items():
             if key not in self.sums:
-                self.sums[key] = torch.zeros(tensor.shape, dtype=_accumulator_dtype(tensor),
+                self.sums[key] = torch.zeros(tensor.shape, dtype=ACCUMULATOR_DTYPE,
                                              device=tensor.device)
                 self.dtypes[key] = tensor.dtype
             # One fused multiply-add with dtype promotion: no float64 copy of the state (as

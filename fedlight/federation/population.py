@@ -137,12 +137,5 @@ class Population:
                                  (checkpoint.get("optimizer_states") or {}).items()}
         self.participations = list(checkpoint["participations"])
 
-    def close(self) -> None:
-        self.states.close()
 
-
-def cpu_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().to(torch.device("cpu")) for k, v in state.items()}
-
-
-__all__ = ["Population", "cpu_state"]
+__all__ = ["Population"]
