@@ -273,11 +273,13 @@ class FederatedClient(L.LightningModule):
     # ----------------------------------------------------------------- prediction
     def forward(self, x: Tensor) -> Tensor:
         """Personalized prediction (logits)."""
-        return self.model(x)
+        logits: Tensor = self.model(x)
+        return logits
 
     def global_forward(self, x: Tensor) -> Tensor:
         """Prediction of the aggregated global model, where :attr:`has_global_model`."""
-        return self(x)
+        logits: Tensor = self(x)
+        return logits
 
     def eval_outputs(self, x: Tensor) -> dict[str, Tensor]:
         """Named logits to score; ``personalized`` is the headline. Methods may add more."""

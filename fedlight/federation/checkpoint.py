@@ -63,7 +63,7 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by save_checkpoint (CPU tensors)."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
     if checkpoint.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
                          f"this fedlight reads version {CHECKPOINT_VERSION}")

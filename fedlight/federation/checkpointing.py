@@ -41,6 +41,15 @@ class RunCheckpoints:
     totals: dict[str, Any]
     rounds_saved: int
     reinitialize: bool
+    rounds: int
+    evaluator: Any
+
+    def _hyperparameters(self) -> dict[str, Any]:
+        raise NotImplementedError  # FederatedTrainer's
+
+    def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
+                 server: Any = None) -> None:
+        raise NotImplementedError  # FederatedTrainer's
 
     def validate(self, model: FederatedClient, datamodule: FederatedDataModule,
                  ckpt_path: str | None = "last") -> dict[str, float]:
@@ -76,7 +85,7 @@ class RunCheckpoints:
             return False
         earlier = [r[VALIDATION_KEY] for r in self.history[:-1]
                    if r.get(VALIDATION_KEY) is not None and math.isfinite(r[VALIDATION_KEY])]
-        return value >= max(earlier, default=-math.inf)
+        return bool(value >= max(earlier, default=-math.inf))
 
     def _save_checkpoint(self, rounds_done: int, names: list[str] | None = None) -> None:
         """Write the state after ``rounds_done`` rounds to checkpoints/<name> for each name
@@ -128,7 +137,9 @@ class RunCheckpoints:
     def _evaluate_checkpoint(self, model: FederatedClient, datamodule: FederatedDataModule,
                              ckpt_path: str | None, stage: str) -> dict[str, float]:
         if needs_launch(self.fabric):  # several processes: start them, each evaluates
-            return launch(self, "_evaluate_checkpoint", model, datamodule, ckpt_path, stage)
+            metrics: dict[str, float] = launch(self, "_evaluate_checkpoint", model, datamodule,
+                                               ckpt_path, stage)
+            return metrics
         self.reinitialize = False  # the checkpoint holds the weights
         self._prepare(model, datamodule)
         try:

@@ -114,7 +114,8 @@ class Distributed:
         merged: dict[int, Any] = {}
         for part in parts:
             merged.update(part)
-        return _move(dict(sorted(merged.items())), self.device)
+        ordered: dict[int, Any] = _move(dict(sorted(merged.items())), self.device)
+        return ordered
 
     # ----------------------------------------------------------------- numbers
     def reduce_sum(self, total: Any) -> None:
@@ -142,8 +143,9 @@ class Distributed:
                      else torch.zeros(math.prod(shape), dtype=dtype, device=device)
                      for k, shape in entries]
             flat = self.fabric.all_reduce(torch.cat(local), reduce_op="sum")
-            for (key, shape), piece in zip(entries, flat.split([math.prod(s) for _, s in entries]),
-                                           strict=True):
+            assert isinstance(flat, Tensor)
+            pieces = torch.split(flat, [math.prod(s) for _, s in entries])
+            for (key, shape), piece in zip(entries, pieces, strict=True):
                 sums[key] = piece.reshape(shape).to(device)
         total.sums = {k: sums[k] for k, _, _ in layout}
         total.count = sum(m["count"] for m in metas)

@@ -15,20 +15,22 @@ import threading
 import time
 import traceback
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.strategies import DDPStrategy
+from lightning.fabric.strategies.ddp import DDPStrategy
 from torch import nn
 
 from fedlight.federation.interrupt import SIGNALS
 from fedlight.federation.server.base import move as _move
 from fedlight.federation.store import STORAGES
 
+StartMethod = Literal["popen", "spawn", "fork", "forkserver"]
+
 #: ``trainer.strategy`` values and the start method of Fabric's DDP launcher they select.
-STRATEGIES = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork",
-              "ddp_notebook": "fork"}
+STRATEGIES: dict[str, StartMethod] = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn",
+                                      "ddp_fork": "fork", "ddp_notebook": "fork"}
 
 
 class FederatedDDPStrategy(DDPStrategy):
@@ -36,7 +38,7 @@ class FederatedDDPStrategy(DDPStrategy):
     :meth:`setup_module` does not wrap the module in ``DistributedDataParallel``, because the
     ranks train different clients and must never average gradients or buffers."""
 
-    def setup_module(self, module: nn.Module) -> nn.Module:
+    def setup_module(self, module: nn.Module) -> nn.Module:  # type: ignore[override]
         return module
 
 
@@ -239,7 +241,8 @@ class ForwardSignals:
             return
         for rank in ranks:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(rank.pid, signum)
+                if rank.pid is not None:
+                    os.kill(rank.pid, signum)
 
 
 def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller: int,

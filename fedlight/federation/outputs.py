@@ -80,7 +80,7 @@ class RunFolder:
     # ----------------------------------------------------------------- loggers
     def open_loggers(self, hyperparameters: Mapping[str, Any]) -> None:
         if "tensorboard" in self.logger_names:
-            from lightning.fabric.loggers import TensorBoardLogger
+            from lightning.fabric.loggers.tensorboard import TensorBoardLogger
 
             self.loggers.append(TensorBoardLogger(str(self.path), name="tensorboard", version=""))
         if "wandb" in self.logger_names:
@@ -91,7 +91,8 @@ class RunFolder:
                        or not os.environ.get("WANDB_API_KEY"))
             # Offline, W&B's terminal lines (its run summary, a note on a setting Lightning
             # passes) only repeat what fedlight prints; the run is in <run>/wandb/.
-            settings = {"settings": wandb.Settings(silent=True)} if offline else {}
+            settings: dict[str, Any] = (
+                {"settings": wandb.Settings(silent=True)} if offline else {})
             self.loggers.append(WandbLogger(
                 project=self.wandb_project, name=self.path.name, group=self.group,
                 save_dir=str(self.path), offline=offline, **settings,
@@ -152,7 +153,7 @@ class RunFolder:
         with self.metrics_path.open() as handle:
             return list(csv.DictReader(handle))
 
-    def _write_rows(self, rows: list[Mapping[str, Any]]) -> None:
+    def _write_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         def write(tmp: Path) -> None:
             with tmp.open("w", newline="") as handle:
                 writer = csv.DictWriter(handle, self.columns)
