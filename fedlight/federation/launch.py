@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import multiprocessing
 import os
 import pickle
@@ -14,6 +15,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Literal
 
@@ -196,7 +198,7 @@ def launch(trainer: Any, method: str, *args: Any) -> Any:
     fd, path = tempfile.mkstemp(prefix="fedlight-result-", suffix=".pt")
     os.close(fd)
     try:
-        with ForwardSignals():
+        with ForwardSignals(), _quiet_process_group_setup():
             result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(),
                                            *args)
         if torch.distributed.is_initialized():  # this process was a rank itself (ddp / torchrun)
@@ -213,6 +215,25 @@ def launch(trainer: Any, method: str, *args: Any) -> Any:
     for name, attribute in attributes.items():
         setattr(trainer, name, attribute)
     return value
+
+
+#: Loggers of Fabric's process-group set-up lines ("Initializing distributed: GLOBAL_RANK...",
+#: the "All distributed processes registered" banner): fedlight's own output says what runs.
+PROCESS_GROUP_LOGGERS = ("lightning.fabric.utilities.distributed",
+                         "lightning.fabric.utilities.rank_zero")
+
+
+@contextlib.contextmanager
+def _quiet_process_group_setup() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in PROCESS_GROUP_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.level, logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 class ForwardSignals:
