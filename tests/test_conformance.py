@@ -94,6 +94,10 @@ def test_same_seed_and_a_resumed_run_give_the_same_metrics(name, cls, tmp_path, 
     for run, rounds, ckpt_path in (("a", 2, None), ("b", 1, None), ("b", 2, "last")):
         trainers[run] = tiny_trainer(tmp_path, rounds=rounds, join_ratio=0.5, batch_size=10,
                                      run_name=run, checkpoint_every=1)
+        if ckpt_path and cls.reads_planned_rounds:  # extending would change the run: refused
+            with pytest.raises(ValueError, match="planned number of rounds"):
+                trainers[run].fit(build(cls), data(), ckpt_path=ckpt_path)
+            return
         trainers[run].fit(build(cls), data(), ckpt_path=ckpt_path)
     full, resumed = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert len(full) == 2 and full == resumed
