@@ -1,4 +1,4 @@
-"""Round time of the main job with and without one competing busy process.
+"""Round time of the quick-start run with and without one competing busy process.
 
 Workload: configs/gpfl/mnist5k_dirichlet.yaml's shape with FedAvg or --method (mnist5k, 20 clients,
 Dirichlet(0.1), 75/25 split, batch 10, 1 local epoch, the 4-layer CNN, evaluation every round).

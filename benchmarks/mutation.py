@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     selected = [mutant_globs(f) for name in args.files for f in CORE[name]] if args.core else []
     process = subprocess.Popen([*mutmut, "run", "--max-children", str(args.max_children),
                                 *selected], cwd=workdir, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stderr=subprocess.STDOUT, text=True, preexec_fn=os.setsid)
     try:
         output, _ = process.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:

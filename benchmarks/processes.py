@@ -1,4 +1,4 @@
-"""Whole-process time of the main job with one process against one process per core: where
+"""Whole-process time of the quick-start run with one process against one process per core: where
 several processes pay for their start-up (the crossover).
 
 Each run is a fresh `fedlight fit` process (`python cli.py fit -c CONFIG --trainer.rounds R`),
@@ -10,7 +10,7 @@ the fitted start-up cost and seconds per round of each (least squares over the R
 the number of rounds from which the multi-process run is faster. Results do not depend on the
 number of processes (tested in tests/test_scale.py), so only the time differs.
 
-    python benchmarks/processes.py                           # main job, R = 1 5 20 (~3 min)
+    python benchmarks/processes.py                           # quick-start run, R = 1 5 20 (~3 min)
     python benchmarks/processes.py --rounds 1 2 5 --devices 2
 """
 
@@ -62,7 +62,8 @@ def fit_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=MAIN_JOB, help="YAML of the job (default: main job)")
+    parser.add_argument("--config", default=MAIN_JOB,
+                        help="YAML of the job (default: the quick-start run)")
     parser.add_argument("--rounds", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--devices", type=int, default=cpu_cores(),
                         help="processes of the multi-process runs (default: this process's cores)")

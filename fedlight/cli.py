@@ -17,6 +17,7 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import warnings
@@ -25,11 +26,12 @@ from typing import Any
 
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
+from fedlight.compat import LightningCLISteps
 from fedlight.config import add_run_arguments
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
@@ -38,7 +40,7 @@ from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
 
-class FedlightCLI(LightningCLI):
+class FedlightCLI(LightningCLISteps):
     """LightningCLI with ``FederatedTrainer`` in the ``trainer`` slot.
 
     LightningCLI only accepts a ``lightning.Trainer`` there, so the trainer's arguments are
@@ -47,19 +49,25 @@ class FedlightCLI(LightningCLI):
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
         self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
-        super().__init__(
-            model_class=FederatedClient,
-            datamodule_class=FederatedDataModule,
-            trainer_class=FederatedTrainer,  # type: ignore[arg-type]
-            parser_class=FedlightParser,
-            subclass_mode_model=True,
-            save_config_callback=None,
-            auto_configure_optimizers=False,
-            load_from_checkpoint_support=False,
-            seed_everything_default=False,
-            args=args,
-            run=run,
-        )
+        # What a user sees is fedlight's output: jsonargparse's deprecation notes are about
+        # LightningCLI's own calls (jsonargparse's documented switch turns them off), and
+        # fedlight passes args on purpose where LightningCLI warns against it.
+        os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            super().__init__(
+                model_class=FederatedClient,
+                datamodule_class=FederatedDataModule,
+                trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+                parser_class=FedlightParser,
+                subclass_mode_model=True,
+                save_config_callback=None,
+                auto_configure_optimizers=False,
+                load_from_checkpoint_support=False,
+                seed_everything_default=False,
+                args=args,
+                run=run,
+            )
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -72,22 +80,22 @@ class FedlightCLI(LightningCLI):
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         add_run_arguments(parser)
 
-    def _parse_ckpt_path(self) -> None:
-        """fedlight checkpoints hold the run state, not model hyper-parameters."""
+    def section(self, config: Any, key: str) -> Any:
+        """``config[<subcommand>][key]``, or ``config[key]`` without a subcommand."""
+        return (config[self.subcommand] if self.subcommand else config)[key]
 
-    def _set_seed(self) -> None:
+    def before_instantiate_classes(self) -> None:
         # Model initialization is seeded by trainer.seed so one number fixes the whole run.
-        seed_everything(int(self._get(self.config, "trainer").seed), verbose=False)
+        seed_everything(int(self.section(self.config, "trainer").seed), verbose=False)
 
     def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
-        trainer = self._get(self.config_init, "trainer")
+        trainer = self.section(self.config_init, "trainer")
         if not isinstance(trainer, FederatedTrainer):
             trainer = FederatedTrainer(**{**trainer, **kwargs})
         if self.subcommand is not None:
-            with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
-                warnings.filterwarnings("ignore", message="(?s).*skip_none")
-                trainer.run_config = self._parser(self.subcommand).dump(
-                    self.config[self.subcommand], skip_none=False)
+            # The subcommand's resolved configuration, as the main parser dumps it.
+            everything = yaml.safe_load(self.parser.dump(self.config, skip_unset=False))
+            trainer.run_config = yaml.safe_dump(everything[self.subcommand], sort_keys=False)
         trainer.command = command_without_ckpt_path(self.argv)
         return trainer
 

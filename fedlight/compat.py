@@ -1,10 +1,149 @@
-"""The few places where fedlight needs more than another library's public interface, one
-section per library, each with a test in tests/test_compat.py that fails when the upstream
-changes (pyproject.toml pins the versions CI proves)."""
+"""The places where fedlight relies on another package beyond its public interface.
+
+Everything here reads or overrides something the package does not promise to keep (a private
+method, the wording of a message). Each section names what it depends on and why no public
+interface serves; ``tests/test_compat.py`` checks every assumption against the installed
+versions and fails with the name of the one that broke, and ``pyproject.toml`` pins the upper
+bounds those tests passed with. Nothing outside this module may use an underscore name of
+lightning, jsonargparse, flwr, wandb or torch.amp.
+"""
 
 from __future__ import annotations
 
+import re
+import textwrap
+from dataclasses import dataclass
 from typing import Any
+
+from lightning.pytorch.cli import LightningCLI
+
+# ============================================================================ lightning
+#: The private LightningCLI steps that ``LightningCLI.__init__`` calls and fedlight disables
+#: (checked by tests/test_compat.py).
+DISABLED_CLI_STEPS = ("_parse_ckpt_path", "_set_seed")
+
+
+class LightningCLISteps(LightningCLI):
+    """LightningCLI without two steps of its ``__init__`` that have no public switch:
+
+    - ``_parse_ckpt_path`` reads model hyper-parameters from a Lightning checkpoint given as
+      ``--ckpt_path``; a fedlight checkpoint holds a federated run's state instead (and
+      ``--ckpt_path last`` names a run, not a file).
+    - ``_set_seed`` seeds from ``--seed_everything``, which fedlight does not have (the run's
+      one seed is ``trainer.seed``, applied in the public ``before_instantiate_classes``).
+    """
+
+    def _parse_ckpt_path(self) -> None:
+        """Disabled (see the class docstring)."""
+
+    def _set_seed(self) -> None:
+        """Disabled (see the class docstring)."""
+
+
+# ============================================================================ jsonargparse
+# jsonargparse reports a bad value as one multi-line message text (an ``ArgumentError``)
+# with no structured fields; fedlight turns it into one line by reading that text. The
+# formats read here are those of jsonargparse 4.27-4.53: ``Parser key "<key>":`` followed
+# by an indented reason, Union errors listing each subtype's error as an indented ``- ``
+# bullet under ``Errors:``, ``Expected a <class 'T'>. Got value: V``,
+# ``Expected a typing.Literal[...]. Got value: V``, ``File does not exist: <path>``,
+# ``Expected a dot import path string: <name>`` and the unknown-option messages.
+
+_KEY = re.compile(r'\s*Parser key "([^"]+)":[ \t]*(.*)', re.S)
+_TYPE = re.compile(r"Expected a <class '([\w.]+)'>\. Got value: (.*)$", re.S)
+_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", re.S)
+_MISSING_FILE = re.compile(r"File does not exist: (.+)$")
+_CLASS_NAME = re.compile(r"Expected a dot import path string: (\S+)")
+_UNKNOWN_OPTION = (re.compile(r"does not accept option '([^']+)'"),
+                   re.compile(r"Option '([^']+)' is not accepted"),
+                   re.compile(r"unrecognized arguments: (?:\w+ )?--?([^\s=]+)"))
+
+
+@dataclass
+class ParserError:
+    """A jsonargparse error message read into its parts.
+
+    Attributes:
+        keys: the option path, outermost first (``["model", "lr"]``).
+        reason: the innermost error text, without the key wrapping.
+        expected: the expected type name of a type error (``float``), else None.
+        choices: the valid values of a ``Literal`` option, else None.
+        value: the bad value of a type, choice or class-name error, else None.
+        missing_file: the path of a config file that does not exist, else None.
+        unknown_class: the name given to a class option that names no class, else None.
+        unknown_option: an option name the parser does not accept, else None.
+    """
+
+    keys: list[str]
+    reason: str
+    expected: str | None = None
+    choices: list[str] | None = None
+    value: str | None = None
+    missing_file: str | None = None
+    unknown_class: str | None = None
+    unknown_option: str | None = None
+
+
+def read_parser_error(text: str) -> ParserError:
+    """Read jsonargparse's message ``text`` into a :class:`ParserError`."""
+    keys: list[str] = []
+    text = text.strip()
+    while True:
+        key = _KEY.match(text)
+        if key:
+            keys.append(key.group(1))
+            text = textwrap.dedent(key.group(2).lstrip("\n")).rstrip()
+            continue
+        inner = _first_real_bullet(text)
+        if inner is None or inner == text:
+            break
+        text = inner
+    error = ParserError(keys, text.splitlines()[-1].strip() if text else text)
+    typed, literal = _TYPE.search(text), _LITERAL.search(text)
+    if literal:
+        error.choices = [v.strip(" '\"") for v in literal.group(1).split(",")]
+        error.value = literal.group(2).strip()
+    elif typed:
+        error.expected, error.value = typed.group(1), typed.group(2).strip()
+    missing = _MISSING_FILE.search(text)
+    if missing:
+        error.missing_file = missing.group(1).strip()
+    name = _CLASS_NAME.search(text)
+    if name:
+        error.unknown_class = error.value = name.group(1)
+    for pattern in _UNKNOWN_OPTION:
+        unknown = pattern.search(text)
+        if unknown:
+            error.unknown_option = unknown.group(1)
+            break
+    return error
+
+
+def _first_real_bullet(text: str) -> str | None:
+    """The first ``- `` bullet (with its further lines, indented at least as far) of a Union
+    error that is not the ``NoneType`` alternative's; None when ``text`` has no bullets."""
+    bullets: list[list[str]] = []
+    indent = None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        if not stripped:
+            continue
+        if stripped.startswith("- ") and indent in (None, depth):
+            indent = depth
+            bullets.append([" " * (depth + 2) + stripped[2:]])
+        elif indent is not None and depth >= indent:  # a bullet's own further lines
+            bullets[-1].append(line)
+        elif indent is not None:
+            break  # the list ended: the rest belongs to the outer message
+    texts = [textwrap.dedent("\n".join(b)) for b in bullets]
+    useful = [t for t in texts if not t.startswith("Expected a <class 'NoneType'>")]
+    if not useful:
+        return None
+    # the alternative that got furthest: a nested key or a class-name error, else the first
+    useful.sort(key=lambda t: not (t.startswith("Parser key") or _CLASS_NAME.search(t)))
+    return useful[0]
+
 
 # ===================================================================== flwr
 
@@ -44,4 +183,5 @@ def restart_growth(scaler: Any, scale: float) -> None:
     scaler.load_state_dict(state)
 
 
-__all__ = ["empty_flower_run", "restart_growth", "set_task_identity", "stamp_message_id"]
+__all__ = ["DISABLED_CLI_STEPS", "LightningCLISteps", "ParserError", "empty_flower_run",
+           "read_parser_error", "restart_growth", "set_task_identity", "stamp_message_id"]

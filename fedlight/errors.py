@@ -15,7 +15,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
+import torch
 from lightning.pytorch.cli import LightningArgumentParser
+
+from fedlight.compat import ParserError, read_parser_error
 
 DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
 
@@ -45,33 +48,31 @@ def debugging() -> bool:
 
 
 def exit_with_error(error: BaseException) -> NoReturn:
-    """Print ``error: <message>`` on stderr and exit with code 2."""
-    print(f"error: {user_message(error)}", file=sys.stderr)
-    print(f"(set {DEBUG_VARIABLE}=1 for the traceback)", file=sys.stderr)
+    """Print the one line ``error: <message>`` on stderr and exit with code 2. In a
+    multi-process run every rank raises the error; only rank 0 prints it."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_rank() != 0):
+        print(f"error: {user_message(error)}", file=sys.stderr)
     sys.exit(2)
 
 
 def user_message(error: BaseException) -> str:
-    """The one-line message of a user error, with the jsonargparse wrapping removed and a
-    "did you mean" added to unknown names."""
-    text = str(error).strip()
-    model = re.search(r'Parser key "model".*Given value: (\S+)\s*$', text, re.S)
-    if model and "Given value type: <class 'str'>" in text:
-        return unknown_model(model.group(1))
-    missing = re.search(r"File does not exist: (.+)$", text)
-    if missing:
-        return f"config file {missing.group(1).strip()} does not exist"
-    key = re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.S)
-    if key:
-        text = f"{key.group(1)}: {_innermost(key.group(2))}"
-    choice = re.search(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", text)
-    if choice:
-        valid = [v.strip(" '\"") for v in choice.group(1).split(",")]
-        name = choice.group(2).strip()
-        return (f"{text[:choice.start()].strip()} got {name!r}; valid: {', '.join(valid)}"
-                + did_you_mean(name, valid))
-    text = _innermost(text)
-    return text + _suggestion(text)
+    """The one-line message of a user error: jsonargparse's wrapping read into the option
+    path and the reason (:func:`fedlight.compat.read_parser_error`), with the valid values
+    and a "did you mean" where they are known."""
+    parsed = read_parser_error(str(error))
+    key = ".".join(k for k in parsed.keys if k != "init_args")
+    if parsed.unknown_class and (key == "model" or parsed.reason.startswith("--model")):
+        return unknown_model(parsed.unknown_class)
+    if parsed.missing_file:
+        return f"config file {parsed.missing_file} does not exist"
+    prefix = f"{key}: " if key else ""
+    if parsed.choices is not None:
+        return (f"{prefix}got {parsed.value!r}; valid: {', '.join(parsed.choices)}"
+                + did_you_mean(parsed.value or "", parsed.choices))
+    if parsed.expected is not None:
+        return f"{prefix}expected a {parsed.expected}, got {parsed.value!r}"
+    return prefix + parsed.reason + _suggestion(parsed)
 
 
 def unknown_model(name: str) -> str:
@@ -87,26 +88,14 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _innermost(text: str) -> str:
-    """The first real error of a jsonargparse Union error (``- lr must be positive...``)."""
-    if "Errors:" not in text:
-        return text.splitlines()[-1] if "\n" in text else text
-    bullets = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
-               if line.strip().startswith("- ")]
-    useful = [b for b in bullets if not b.startswith("Expected a <class 'NoneType'>")]
-    return _innermost(useful[0]) if useful else text.splitlines()[0]
-
-
-def _suggestion(text: str) -> str:
-    listed = re.search(r"unknown [\w ]+ '([^']+)'; valid: ([^;]+)", text)
-    if listed and "did you mean" not in text:
+def _suggestion(parsed: ParserError) -> str:
+    """``"; did you mean ..."`` for an unknown option or a name fedlight listed as invalid."""
+    listed = re.search(r"unknown [\w ]+ '([^']+)'; valid: ([^;]+)", parsed.reason)
+    if listed and "did you mean" not in parsed.reason:  # fedlight's own message format
         return did_you_mean(listed.group(1), re.split(r"[,\s]+", listed.group(2).strip()))
-    unknown = (re.search(r"does not accept option '([^']+)'", text)
-               or re.search(r"Option '([^']+)' is not accepted", text)
-               or re.search(r"unrecognized arguments: --?([^\s=]+)", text))
-    if not unknown:
+    if not parsed.unknown_option:
         return ""
-    name = unknown.group(1)
+    name = parsed.unknown_option
     names = option_names()
     pool = names if "." in name else {n.rsplit(".", 1)[-1] for n in names}
     return did_you_mean(name, pool)

@@ -95,7 +95,7 @@ def interpolation_grid(
         if len(y) == 0:
             continue
         correct = torch.zeros(n, n, dtype=torch.float64, device=device)
-        for xb, yb in iterate_batches(x, y, batch_size):
+        for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
             correct += _correct_counts(model, xb, yb, weights)
         pooled += correct.cpu()
         per_client_means += correct.cpu() / len(y)
@@ -205,9 +205,9 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m fedlight.privatize_interpolation RUN_DIR [--step 0.1] [--out DIR]``."""
+    """``fedlight interpolate RUN_DIR [--step 0.1] [--out DIR]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m fedlight.privatize_interpolation",
+        prog="fedlight interpolate",
         description="Interpolation trick of 'Aggregate or Not?' (Fig. 9) on a trained AaBb run.")
     parser.add_argument("run_dir", help="run folder (holds config.yaml and checkpoints/)")
     parser.add_argument("--step", type=float, default=0.1, help="grid step of alpha and beta")

@@ -33,6 +33,15 @@ CASES = {
     "negative lr": (["--model.lr", "-1"], "lr must be positive, got -1.0", ""),
     "missing config": (["-c", "{tmp}/none.yaml"], "config file", "none.yaml' does not exist"),
     "no run to resume": (["--ckpt_path", "last"], "ckpt_path='last'", "no run named"),
+    "double precision": (["--trainer.precision", "64-true"], "precision '64-true' is not "
+                         "supported; valid: 32-true, 16-mixed, bf16-mixed", ""),
+    "transformer engine": (["--trainer.precision", "transformer-engine"],
+                           "precision 'transformer-engine' is not supported", ""),
+    "half weights": (["--trainer.precision", "bf16-true"], "'bf16-true' is not supported", ""),
+    "not a number": (["--model.init_args.lr", "abc"], "model.lr: expected a float, got 'abc'",
+                     ""),
+    "not a choice": (["--trainer.weighting", "sample"], "trainer.weighting: got 'sample'; "
+                     "valid: samples, uniform", "did you mean 'samples'?"),
 }
 
 
@@ -49,10 +58,20 @@ def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monke
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
-    assert len(err.strip().splitlines()) <= 5
+    assert len(err.strip().splitlines()) == 1  # one line, as the README says
     for fragment in expected:
         assert fragment in err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_help_of_an_unknown_model_lists_the_models(capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "GPLF", "--help"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown model 'GPLF'; valid: APFL, ")
+    assert err.strip().endswith("did you mean 'GPFL'?")
 
 
 def test_the_debug_switch_shows_the_exception(monkeypatch):
@@ -96,3 +115,31 @@ def test_fit_help_describes_trainer_options_and_ckpt_path(capsys):
     assert "--trainer.weighting {samples,uniform}" in out
     assert "--ckpt_path CKPT_PATH resume a run" in out
     assert "pfllib" in out and "digits5" in out and "``" not in out.split("--data.source")[1][:600]
+
+
+def test_help_lists_the_backbones_and_tools_name_their_command(capsys):
+    from fedlight.models import BACKBONES
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "GPFL", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one of: " + ", ".join(sorted(BACKBONES)) in text
+    with pytest.raises(SystemExit):
+        main(["interpolate", "--help"])
+    assert capsys.readouterr().out.startswith("usage: fedlight interpolate ")
+
+
+def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_no_lightning_header(
+        tmp_path, capsys, monkeypatch, recwarn):
+    monkeypatch.delenv("JSONARGPARSE_DEPRECATION_WARNINGS", raising=False)
+    monkeypatch.setattr("sys.argv", ["fedlight", "fit", "--trainer.rounds", "1"])
+    main(["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp",
+          "--data.source", "synthetic", "--data.num_clients", "2", "--data.synthetic_samples",
+          "60", "--data.synthetic_shape", "[1,4,4]", "--trainer.rounds", "1",
+          "--trainer.verbose", "false", "--trainer.progress_bar", "false",
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "quiet"])
+    notes = [str(w.message) for w in recwarn
+             if "jsonargparse" in w.filename or "lightning/pytorch/cli" in w.filename]
+    assert notes == []
+    assert "Deprecat" not in capsys.readouterr().err
+    assert not (tmp_path / "quiet" / "config.yaml").read_text().startswith("# lightning")

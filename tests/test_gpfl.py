@@ -216,8 +216,6 @@ def test_without_gce_no_table_no_guidance_and_constant_conditions():
 def test_without_cov_and_gce_gpfl_is_fedper(tmp_path, reference):
     base = dict(backbone="mlp", num_classes=NUM_CLASSES, input_shape=(1, 8, 8), lr=0.1)
     if reference == "FedPer":
-        if "FedPer" not in CLIENTS:
-            pytest.skip("no FedPer class in fedlight.clients")
         torch.manual_seed(0)
         fedper = CLIENTS["FedPer"](**base)
     else:

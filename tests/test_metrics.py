@@ -8,7 +8,9 @@ import torch
 from sklearn.metrics import f1_score, roc_auc_score
 from sklearn.preprocessing import label_binarize
 
+from fedlight.clients import FedAvg
 from fedlight.federation.evaluation import score_outputs, summarize_clients
+from tests.conftest import make_client, tiny_data, tiny_trainer
 
 
 def _scores(seed: int, n: int = 37, classes: int = 5):
@@ -37,3 +39,23 @@ def test_pooled_metrics_over_clients():
     assert metrics["personalized_macro_f1"] == pytest.approx(f1_score(y, preds, average="macro"))
     weighted = sum(s.auc * s.total for _, s in clients.values()) / len(y)  # PFLlib's pooling
     assert metrics["personalized_auc"] == pytest.approx(weighted)
+
+
+@pytest.mark.parametrize("n", [1, 9, 17])  # k x batch size + 1: a trailing one-sample batch
+def test_every_sample_is_scored_when_the_last_batch_holds_one(n):
+    generator = torch.Generator().manual_seed(n)
+    logits = torch.randn(n, 3, generator=generator)
+    y = torch.randint(0, 3, (n,), generator=generator)
+    score = score_outputs(lambda x: {"personalized": x}, logits, y, 8)["personalized"]
+    assert score.total == n
+    assert score.correct == int((logits.argmax(-1) == y).sum())
+    assert score.loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)))
+
+
+def test_a_run_whose_test_splits_end_in_a_one_sample_batch_scores_every_sample(tmp_path):
+    data = tiny_data()  # 15 local test samples per client = 7 batches of 2 + 1
+    trainer = tiny_trainer(tmp_path, rounds=1, eval_batch_size=2, verbose=False)
+    trainer.fit(make_client(FedAvg), data)
+    totals = {i: s["personalized"].total for i, s in trainer.last_client_scores.items()}
+    assert totals == {i: len(data.client_test(i)[1]) for i in range(data.num_clients)}
+    assert set(totals.values()) == {15}

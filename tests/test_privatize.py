@@ -244,7 +244,7 @@ def test_all_shared_is_fedavg_and_all_private_is_local(tmp_path, way, reference)
 def test_interpolation_corners_are_the_shared_and_the_private_model(aabb_run):
     _, data, run_dir = aabb_run
     rows = interpolation_grid(make(way="AaBb"), data, run_dir / "checkpoints/last.ckpt",
-                              step=0.5)
+                              step=0.5, batch_size=2)  # 15 test samples: 7 batches of 2 + 1
     assert [(r["alpha"], r["beta"]) for r in rows][:3] == [(0.0, 0.0), (0.0, 0.5), (0.0, 1.0)]
     table = {(r["alpha"], r["beta"]): r["accuracy"] for r in rows}
     last = read_metrics(run_dir)[-1]

@@ -53,3 +53,34 @@ def test_extending_guide_examples_run(tmp_path):
     summary = trainer.fit(make_client(FedAvg), tiny_data(), server=namespace["Median"]())
     rows = list(csv.DictReader(open(Path(summary["run_dir"]) / "metrics.csv")))
     assert summary["server"] == "Median" and float(rows[-1]["head_norm"]) > 0
+
+
+def test_the_readme_names_exactly_the_methods_dp_does_not_wrap():
+    from fedlight.clients import CLIENTS
+    from fedlight.federation.server import resolve_rule
+    from fedlight.privacy import DPFedAvg
+    from tests.conftest import make_client
+
+    refused = []
+    for name, cls in sorted(CLIENTS.items()):
+        shape = {"backbone": "cnn_bn", "input_shape": (1, 16, 16)} if name == "FedBN" else {}
+        try:
+            resolve_rule(make_client(cls, **shape).configure_server(), DPFedAvg(clip_norm=1.0),
+                         name)
+        except ValueError:
+            refused.append(name)
+    row = next(line for line in README.read_text().splitlines() if "`server: DPFedAvg`" in line)
+    listed = re.search(r"\(not ([^:]+):", row)
+    assert listed is not None, row
+    assert listed.group(1).split(", ") == refused
+
+
+def test_docs_and_code_speak_of_the_project_not_of_how_it_was_made():
+    root = README.parent
+    pattern = re.compile(r"issue [0-9]|stop [0-9]|agent|session", re.I)
+    files = [README, *(root / "docs").rglob("*"), *(root / "benchmarks").rglob("*"),
+             *(root / "fedlight").rglob("*.py")]
+    hits = [f"{path.relative_to(root)}: {line.strip()}" for path in files
+            if path.is_file() and path.suffix in (".md", ".py", ".yaml", ".csv", ".jsonl")
+            for line in path.read_text().splitlines() if pattern.search(line)]
+    assert hits == []

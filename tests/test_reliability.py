@@ -82,6 +82,75 @@ def test_sigint_keeps_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
             assert float(a[column]) == pytest.approx(float(b[column]), rel=1e-6), column
 
 
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["sigint-to-the-command", "sigterm-to-its-process-group"])
+def test_a_signal_stops_a_forked_two_process_run_with_exit_130_and_a_checkpoint(
+        tmp_path, signum, to_group):
+    """SIGINT or SIGTERM on ``--trainer.devices 2 --trainer.strategy ddp_fork``, sent to the
+    command (as ``kill`` does) or to its whole process group (as a terminal's Ctrl-C or a
+    service manager does): the ranks finish the round, rank 0 writes the checkpoint and the
+    command exits 130 within seconds, instead of dying at once or training on unseen."""
+    runs = tmp_path / "runs"
+    config = tiny_config(tmp_path, runs, rounds=100_000, threads=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedlight.cli", "fit", "-c", config, "--trainer.devices", "2",
+         "--trainer.strategy", "ddp_fork"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a terminal's foreground job
+    run_dir = runs / "fedavg-synthetic-iid-s0"
+    try:
+        wait_for_rows(run_dir / "metrics.csv", 2, process, timeout=120)
+        (os.killpg if to_group else os.kill)(process.pid, signum)
+        sent = time.monotonic()
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - sent < 30
+    assert "Traceback" not in stderr
+    kept = rows(run_dir)
+    assert 2 <= len(kept) < 100_000
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert checkpoint["rounds_done"] == len(kept)
+    assert f"stopped after round {len(kept)}" in stderr and "--ckpt_path last" in stderr
+
+
+def test_two_processes_resuming_no_run_print_one_error_line(tmp_path):
+    """``--trainer.devices 2 --ckpt_path last`` with no run: Fabric's ``ddp`` launcher re-runs
+    the command for rank 1; rank 0 finds no checkpoint, every rank learns it and only rank 0
+    prints the one line (no gloo traceback from rank 1)."""
+    config = tiny_config(tmp_path, tmp_path / "runs", threads=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", "-c", config,
+                           "--trainer.devices", "2", "--ckpt_path", "last"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no run named 'fedavg-synthetic-iid-s0'" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert "Initializing distributed" not in done.stderr  # Fabric's set-up lines stay quiet
+
+
+def test_a_forked_run_raises_a_ranks_error_as_it_was_raised(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    config = tiny_config(tmp_path, tmp_path / "runs", threads=1)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", config, "--trainer.devices", "2", "--trainer.strategy", "ddp_fork",
+              "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [
+        "error: ckpt_path='last' but no run named 'fedavg-synthetic-iid-s0' with "
+        f"checkpoints/last.ckpt exists under '{tmp_path / 'runs'}'; pass a checkpoint path or "
+        "run fit first"]
+    assert "Traceback" not in err
+    with pytest.raises(FileNotFoundError, match="no run named"):  # the rank's own exception
+        tiny_trainer(tmp_path, devices=2, strategy="ddp_fork", threads=1).fit(
+            make_client(FedAvg), tiny_data(), ckpt_path="last")
+
+
 class FailsInRoundTwo(FedAvg):
     def on_round_start(self, round, message):
         if round == 1:
@@ -110,6 +179,37 @@ def test_a_resume_under_a_changed_configuration_is_refused_naming_the_keys(tmp_p
     assert rows(tmp_path / "r") == before
     with pytest.raises(ValueError, match=r"model.lr: 0.1 -> 0.2"):
         tiny_trainer(tmp_path, run_name="r").test(make_client(FedAvg, lr=0.2), tiny_data())
+
+
+def test_extending_a_method_that_reads_the_planned_rounds_is_refused(tmp_path):
+    from fedlight.clients import MAP
+
+    tiny_trainer(tmp_path, rounds=1, run_name="m").fit(make_client(MAP), tiny_data())
+    with pytest.raises(ValueError, match="MAP trains with trainer.rounds as the planned number "
+                                         "of rounds, so resuming its 1-round run with "
+                                         "trainer.rounds 2 would differ"):
+        tiny_trainer(tmp_path, rounds=2, run_name="m").fit(make_client(MAP), tiny_data(),
+                                                           ckpt_path="last")
+    assert [row["round"] for row in rows(tmp_path / "m")] == ["1"]
+
+
+def test_resuming_a_run_already_past_trainer_rounds_says_nothing_is_trained(tmp_path):
+    tiny_trainer(tmp_path, rounds=2, run_name="r").fit(make_client(FedAvg), tiny_data())
+    before = rows(tmp_path / "r")
+    for rounds in (1, 2):
+        with pytest.raises(ValueError, match=f"nothing to train: the run is at round 2 and "
+                                             f"trainer.rounds is {rounds}"):
+            tiny_trainer(tmp_path, rounds=rounds, run_name="r").fit(
+                make_client(FedAvg), tiny_data(), ckpt_path="last")
+    assert rows(tmp_path / "r") == before
+
+
+def test_a_resume_with_other_threads_is_refused(tmp_path):
+    tiny_trainer(tmp_path, rounds=1, run_name="t", threads=1).fit(make_client(FedAvg),
+                                                                  tiny_data())
+    with pytest.raises(ValueError, match=r"trainer.threads: 1 -> 2"):
+        tiny_trainer(tmp_path, rounds=2, run_name="t", threads=2).fit(
+            make_client(FedAvg), tiny_data(), ckpt_path="last")
 
 
 def test_last_names_exactly_this_seeds_run_never_a_longer_seed(tmp_path):

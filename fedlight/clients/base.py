@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from fedlight.federation.server.base import ServerRule
 from fedlight.federation.server.mean import WeightedMean
-from fedlight.models import build_backbone
+from fedlight.models import BACKBONES, build_backbone
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -139,8 +139,8 @@ class FederatedClient(L.LightningModule):
     """Base class of every fedlight method: FedAvg's behaviour with all hooks at their defaults.
 
     Args:
-        backbone: model-zoo name (``fedlight.models.BACKBONES``), e.g. ``"cnn"`` for the
-            4-layer CNN of FedAvg / GPFL.
+        backbone: model-zoo name, e.g. ``"cnn"`` for the 4-layer CNN of FedAvg / GPFL; one
+            of: {backbones}.
         num_classes: number of classes; linked from the data module by the CLI.
         input_shape: shape of one input sample; linked from the data module by the CLI.
         optimizer: ``"sgd"``, ``"adam"`` or ``"adamw"``.
@@ -159,6 +159,11 @@ class FederatedClient(L.LightningModule):
     #: after its local training (MAP's protocol); otherwise on every client from its stored
     #: state at evaluation rounds.
     evaluate_after_local_training: bool = False
+
+    #: True when the method's training reads ``context.rounds`` (the planned number of rounds,
+    #: e.g. MAP's HPM momentum uses it as T): a run resumed with another ``trainer.rounds``
+    #: would then differ from a run planned that long, so the trainer refuses the change.
+    reads_planned_rounds: bool = False
 
     def __init__(
         self,
@@ -274,11 +279,13 @@ class FederatedClient(L.LightningModule):
     # ----------------------------------------------------------------- prediction
     def forward(self, x: Tensor) -> Tensor:
         """Personalized prediction (logits)."""
-        return self.model(x)
+        logits: Tensor = self.model(x)
+        return logits
 
     def global_forward(self, x: Tensor) -> Tensor:
         """Prediction of the aggregated global model, where :attr:`has_global_model`."""
-        return self(x)
+        logits: Tensor = self(x)
+        return logits
 
     def eval_outputs(self, x: Tensor) -> dict[str, Tensor]:
         """Named logits to score; ``personalized`` is the headline. Methods may add more."""
@@ -400,6 +407,11 @@ class FederatedClient(L.LightningModule):
                 prefix = f"{module_name}." if module_name else ""
                 keys += [prefix + k for k in module.state_dict().keys()]
         return keys
+
+
+# The valid backbones in --help, as registered when the model zoo was imported.
+FederatedClient.__doc__ = (FederatedClient.__doc__ or "").replace(
+    "{backbones}", ", ".join(sorted(BACKBONES)))
 
 
 def _outermost_init_arguments(instance: object) -> dict[str, Any]:

@@ -84,7 +84,7 @@ class GPFL(FederatedClient):
     clients, 2 classes each, lr 0.005: 54% after 2 rounds where FedPer has 74%; 91% after 10
     rounds). Large learning rates make it unstable. ``cov_init="zero"`` (opt-in, not the
     paper's) zero-initializes the LayerNorm gains so that CoV starts as the identity on the
-    post-ReLU feature (about 92% against 71% at round 4 in issue 16's check); the default
+    post-ReLU feature (about 92% against 71% at round 4); the default
     stays the paper's PyTorch-default initialization: at 40 rounds x 3 seeds the zero init
     does not raise the converged accuracy (best personalized: 97.63 against 97.88 on the
     pathological split, 95.13 against 95.82 on Dirichlet 0.1; benchmarks/results/gpfl.md).

@@ -126,7 +126,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
       gets FedAvg's full local work. This is the default because it is the form that
       reproduces the paper's claim that MAP aggregates at least as well as FedAvg: under the
       paper's form, clients of ~40 samples upload after half of FedAvg's steps and MAP's
-      aggregation accuracy falls below FedAvg's (issue 16 of this project).
+      aggregation accuracy falls below FedAvg's (measured with fedlight).
     * ``"paper"`` (Algorithm 1): ``rs`` for ``ceil(E / 2)`` epochs (an odd ``E`` puts the extra
       epoch here), ``personalize`` for the remaining ``E - ceil(E / 2)`` at the full learning
       rate; ``E = 1`` gives no personalization phase (the personalized model is the upload).
@@ -191,6 +191,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
     """
 
     evaluate_after_local_training = True
+    reads_planned_rounds = True  # HPM momentum: mu * selections / (join_ratio * T)
 
     def __init__(
         self,

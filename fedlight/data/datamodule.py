@@ -80,18 +80,21 @@ def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generat
 
 
 def iterate_batches(
-    x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator | None = None
+    x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator | None = None,
+    drop_single: bool = True,
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Shuffled mini-batches of in-memory tensors (no shuffle when ``generator`` is None).
 
-    A trailing batch of a single sample is dropped: BatchNorm cannot train on one sample.
+    For training, a trailing batch of a single sample is dropped (``drop_single``): BatchNorm
+    cannot train on one sample. Evaluation passes ``drop_single=False`` so every sample is
+    scored.
     """
     n = len(y)
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
     order = order.to(x.device)
     for start in range(0, n, batch_size):
         index = order[start:start + batch_size]
-        if len(index) == 1 and n > 1:
+        if drop_single and len(index) == 1 and n > 1:
             return
         yield x.index_select(0, index), y.index_select(0, index)
 

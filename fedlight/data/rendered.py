@@ -178,7 +178,7 @@ def texture_patches(count: int, rng: np.random.Generator) -> Tensor:
         photo = photos[p]
         top = int(rng.integers(photo.shape[1] - SIZE + 1))
         left = int(rng.integers(photo.shape[2] - SIZE + 1))
-        # index_select, not advanced indexing: the latter costs ms per call in some sessions
+        # index_select, not advanced indexing: the latter cost ms per call in some measurements
         patch = photo[:, top:top + SIZE, left:left + SIZE].index_select(
             0, torch.from_numpy(orders[i]))
         dims = [d for d, flip in zip((1, 2), flips[i], strict=True) if flip]

@@ -94,5 +94,5 @@ def state_bytes(state: Mapping[str, object]) -> int:
         elif isinstance(value, Mapping):
             total += state_bytes(value)
         elif isinstance(value, (list, tuple)):
-            total += state_bytes(dict(enumerate(value)))
+            total += state_bytes({str(i): v for i, v in enumerate(value)})
     return total

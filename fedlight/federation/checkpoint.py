@@ -27,6 +27,13 @@ BEST = "best.ckpt"  # the round chosen on validation (data.val_fraction > 0)
 NAMED = {"last": LAST, "best": BEST}
 #: Configuration entries a resumed run may change: they do not change what is trained
 #: (``trainer.rounds`` extends or shortens the run; the others only say where data is read).
+#: Configuration keys a resume may change. trainer.rounds extends (or shortens) a run: the
+#: rounds trained are the same as in a run planned that long (sampling, batches and every draw
+#: are functions of (seed, round, client)) unless the method reads the planned number of
+#: rounds (FederatedClient.reads_planned_rounds, e.g. MAP; refused); the old last round keeps
+#: its evaluated row and checkpoint. data.root and data.download say where the same data is;
+#: data.batch_size only sizes the plain-Lightning views of a client (training uses
+#: trainer.batch_size).
 RESUMABLE_CHANGES = ("trainer.rounds", "data.root", "data.download", "data.batch_size")
 
 
@@ -56,7 +63,7 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by save_checkpoint (CPU tensors)."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
     if checkpoint.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
                          f"this fedlight reads version {CHECKPOINT_VERSION}")
@@ -100,7 +107,8 @@ def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any
 
     Compares the configuration stored in a checkpoint with the current one, key by key, except
     the ``ignore`` keys (or key prefixes ending in a dot). A checkpoint without a stored
-    configuration (an older fedlight) is not checked.
+    configuration (an older fedlight) is not checked, nor a key an older fedlight did not
+    record (e.g. ``trainer.threads``).
 
     Raises:
         ValueError: listing every differing key with its checkpointed and current value.
@@ -110,15 +118,15 @@ def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any
     old, new = flatten_config(saved), flatten_config(current)
     missing = object()
     keys = sorted(k for k in old.keys() | new.keys()
-                  if old.get(k, missing) != new.get(k, missing)
+                  if old.get(k, missing) != new.get(k, missing) and k in old
                   and not any(k == i or (i.endswith(".") and k.startswith(i)) for i in ignore))
     if keys:
         changes = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
                             for k in keys)
         raise ValueError(
             f"the checkpoint's run was trained with a different configuration ({changes}); "
-            "resume it with its own configuration (only trainer.rounds may change) or start a "
-            "new run without ckpt_path")
+            "resume it with its own configuration (only trainer.rounds may change, where the "
+            "method allows it) or start a new run without ckpt_path")
 
 
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:

@@ -41,6 +41,15 @@ class RunCheckpoints:
     totals: dict[str, Any]
     rounds_saved: int
     reinitialize: bool
+    rounds: int
+    evaluator: Any
+
+    def _hyperparameters(self) -> dict[str, Any]:
+        raise NotImplementedError  # FederatedTrainer's
+
+    def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
+                 server: Any = None) -> None:
+        raise NotImplementedError  # FederatedTrainer's
 
     def validate(self, model: FederatedClient, datamodule: FederatedDataModule,
                  ckpt_path: str | None = "last") -> dict[str, float]:
@@ -76,7 +85,7 @@ class RunCheckpoints:
             return False
         earlier = [r[VALIDATION_KEY] for r in self.history[:-1]
                    if r.get(VALIDATION_KEY) is not None and math.isfinite(r[VALIDATION_KEY])]
-        return value >= max(earlier, default=-math.inf)
+        return bool(value >= max(earlier, default=-math.inf))
 
     def _save_checkpoint(self, rounds_done: int, names: list[str] | None = None) -> None:
         """Write the state after ``rounds_done`` rounds to checkpoints/<name> for each name
@@ -100,6 +109,19 @@ class RunCheckpoints:
                          None if states_only else type(self.server).__name__)
         ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
         check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
+        if not states_only and checkpoint["rounds_done"] >= self.rounds:
+            raise ValueError(
+                f"nothing to train: the run is at round {checkpoint['rounds_done']} and "
+                f"trainer.rounds is {self.rounds}; pass trainer.rounds above "
+                f"{checkpoint['rounds_done']} to extend it (fedlight test evaluates it as it is)")
+        planned = (checkpoint.get("config") or {}).get("trainer", {}).get("rounds", self.rounds)
+        if not states_only and self.client.reads_planned_rounds and planned != self.rounds:
+            method = type(self.client).__name__
+            raise ValueError(
+                f"{method} trains with trainer.rounds as the planned number of rounds, so "
+                f"resuming its {planned}-round run with trainer.rounds {self.rounds} would "
+                f"differ from a run planned for {self.rounds} rounds; resume with "
+                f"trainer.rounds {planned}, or start a new run (without ckpt_path)")
 
     def _restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         self.server.load_state_dict(checkpoint["server"])
@@ -115,10 +137,12 @@ class RunCheckpoints:
     def _evaluate_checkpoint(self, model: FederatedClient, datamodule: FederatedDataModule,
                              ckpt_path: str | None, stage: str) -> dict[str, float]:
         if needs_launch(self.fabric):  # several processes: start them, each evaluates
-            return launch(self, "_evaluate_checkpoint", model, datamodule, ckpt_path, stage)
+            metrics: dict[str, float] = launch(self, "_evaluate_checkpoint", model, datamodule,
+                                               ckpt_path, stage)
+            return metrics
         self._prepare(model, datamodule, reinit=False)  # the checkpoint holds the weights
         try:
-            file = self.writer.checkpoint_file(ckpt_path or "last") if self.dist.is_writer else None
+            file = self.writer.checkpoint_file(ckpt_path or "last")
             checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
             self._check_checkpoint(checkpoint, states_only=True)
             self.writer.open_existing(file)

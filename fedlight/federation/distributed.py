@@ -114,7 +114,8 @@ class Distributed:
         merged: dict[int, Any] = {}
         for part in parts:
             merged.update(part)
-        return _move(dict(sorted(merged.items())), self.device)
+        ordered: dict[int, Any] = _move(dict(sorted(merged.items())), self.device)
+        return ordered
 
     # ----------------------------------------------------------------- numbers
     def reduce_sum(self, total: Any) -> None:
@@ -142,8 +143,9 @@ class Distributed:
                      else torch.zeros(math.prod(shape), dtype=dtype, device=device)
                      for k, shape in entries]
             flat = self.fabric.all_reduce(torch.cat(local), reduce_op="sum")
-            for (key, shape), piece in zip(entries, flat.split([math.prod(s) for _, s in entries]),
-                                           strict=True):
+            assert isinstance(flat, Tensor)
+            pieces = torch.split(flat, [math.prod(s) for _, s in entries])
+            for (key, shape), piece in zip(entries, pieces, strict=True):
                 sums[key] = piece.reshape(shape).to(device)
         total.sums = {k: sums[k] for k, _, _ in layout}
         total.count = sum(m["count"] for m in metas)
@@ -186,6 +188,22 @@ class Distributed:
         torch.distributed.all_gather_object(parts, list(participations))
         return [int(parts[self.owner(i)][i]) for i in range(len(participations))]
 
+    def from_writer(self, compute: Callable[[], Any]) -> Any:
+        """Rank 0's ``compute()`` on every rank; an exception raised by it on rank 0 is raised
+        on every rank (so no rank waits for a collective that rank 0 never joins)."""
+        if not self.active:
+            return compute()
+        message: Any = None
+        if self.is_writer:
+            try:
+                message = ("ok", compute())
+            except Exception as error:  # re-raised on every rank below
+                message = ("error", error)
+        status, payload = self.fabric.broadcast(message, src=0)
+        if status == "error":
+            raise payload
+        return payload
+
     def share_checkpoint(self, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Rank 0 runs ``load()`` (so only rank 0 needs to see the file); every rank gets the
         checkpoint with its per-client entries (:data:`PER_CLIENT_KEYS`) cut down to the
@@ -193,21 +211,16 @@ class Distributed:
         rank."""
         if not self.active:
             return load()
-        checkpoint: dict[str, Any] | None = None
-        message: Any = None
-        if self.is_writer:
-            try:
-                checkpoint = load()
-                message = ("ok", {k: v for k, v in checkpoint.items()
-                                  if k not in PER_CLIENT_KEYS})
-            except Exception as error:  # re-raised on every rank below
-                message = ("error", error)
-        status, payload = self.fabric.broadcast(message, src=0)
-        if status == "error":
-            raise payload
+        loaded: dict[str, Any] = {}
+
+        def load_common_part() -> dict[str, Any]:
+            loaded.update(load())
+            return {k: v for k, v in loaded.items() if k not in PER_CLIENT_KEYS}
+
+        payload = self.from_writer(load_common_part)
         shards: list[Any] | None = None
-        if checkpoint is not None:
-            shards = [{key: {c: s for c, s in (checkpoint.get(key) or {}).items()
+        if self.is_writer:
+            shards = [{key: {c: s for c, s in (loaded.get(key) or {}).items()
                              if self.owner(int(c)) == r} for key in PER_CLIENT_KEYS}
                       for r in range(self.world_size)]
         mine: list[Any] = [None]

@@ -75,7 +75,7 @@ def score_outputs(
     """
     sums: dict[str, list[Tensor]] = {}
     probabilities: dict[str, list[Tensor]] = {}
-    for xb, yb in iterate_batches(x, y, batch_size):
+    for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
         for name, logits in outputs_fn(xb).items():
             logits = logits.float()
             stats = multiclass_stat_scores(logits, yb, logits.shape[-1], average=None)
@@ -94,7 +94,8 @@ def score_outputs(
     for name, part in packed.items():
         loss, auc, *flat = values[start:start + len(part)]
         start += len(part)
-        counts = [tuple(int(v) for v in flat[i:i + 3]) for i in range(0, len(flat), 3)]
+        counts = [(int(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
+                  for i in range(0, len(flat), 3)]
         scores[name] = Score(sum(c[0] for c in counts), len(y), loss, counts, auc)
     return scores
 
@@ -122,7 +123,8 @@ def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, fl
         std = accuracies.std(unbiased=False).item()
         worst = accuracies.sort().values[: max(1, len(accuracies) // 10)].mean().item()
         classes = zip(*(s.class_counts for s in client_scores), strict=True)
-        pooled_counts = [tuple(map(sum, zip(*per_class, strict=True))) for per_class in classes]
+        pooled_counts = [(sum(c[0] for c in per_class), sum(c[1] for c in per_class),
+                          sum(c[2] for c in per_class)) for per_class in classes]
         auc = sum(s.auc * s.total for s in client_scores) / sum(s.total for s in client_scores)
         metrics.update({
             f"{name}_accuracy": pooled,

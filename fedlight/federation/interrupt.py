@@ -25,6 +25,9 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted after round {rounds_done}")
         self.rounds_done = rounds_done
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by a rank for the launching process
+        return type(self), (self.rounds_done,), self.__dict__
+
 
 class StopSignals:
     """Context manager turning the first SIGINT / SIGTERM into ``requested = True``.

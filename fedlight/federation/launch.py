@@ -3,22 +3,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import logging
+import multiprocessing
 import os
+import pickle
+import signal
 import sys
 import tempfile
-from typing import Any
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any, Literal
 
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.strategies import DDPStrategy
+from lightning.fabric.strategies.ddp import DDPStrategy
 from torch import nn
 
+from fedlight.federation.interrupt import SIGNALS
 from fedlight.federation.server.base import move as _move
 from fedlight.federation.store import STORAGES
 
+StartMethod = Literal["popen", "spawn", "fork", "forkserver"]
+
 #: ``trainer.strategy`` values and the start method of Fabric's DDP launcher they select.
-STRATEGIES = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork",
-              "ddp_notebook": "fork"}
+STRATEGIES: dict[str, StartMethod] = {"auto": "popen", "ddp": "popen", "ddp_spawn": "spawn",
+                                      "ddp_fork": "fork", "ddp_notebook": "fork"}
 
 
 class FederatedDDPStrategy(DDPStrategy):
@@ -26,7 +40,7 @@ class FederatedDDPStrategy(DDPStrategy):
     :meth:`setup_module` does not wrap the module in ``DistributedDataParallel``, because the
     ranks train different clients and must never average gradients or buffers."""
 
-    def setup_module(self, module: nn.Module) -> nn.Module:
+    def setup_module(self, module: nn.Module) -> nn.Module:  # type: ignore[override]
         return module
 
 
@@ -41,6 +55,23 @@ def check_scale_options(strategy: str, drop_rate: float, client_state_storage: s
     if client_state_storage not in STORAGES:
         raise ValueError(f"unknown client_state_storage {client_state_storage!r}; valid: "
                          f"{', '.join(STORAGES)}")
+
+
+#: ``trainer.precision`` values that run every method: 32-bit, or mixed precision (the weights
+#: stay float32). The "-true" half / double precisions and transformer-engine are refused:
+#: methods compute on their data outside the training step (prototypes, GPFL's conditions,
+#: Per-FedAvg's functional steps) with float32 inputs, which a float16 / float64 model rejects.
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "32", "16", "bf16")
+
+
+def check_precision(precision: str) -> str:
+    """Return ``precision`` when it is one of :data:`PRECISIONS`, else raise ``ValueError``
+    naming it and the valid values."""
+    if str(precision) not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not supported; valid: "
+                         f"{', '.join(PRECISIONS)} (fedlight trains float32 weights; the "
+                         "'-true' half / double precisions and transformer-engine do not run)")
+    return str(precision)
 
 
 #: ``trainer.threads`` values that are not a thread count.
@@ -87,7 +118,7 @@ def resolve_auto_devices(accelerator: str, strategy: str) -> tuple[int | str, st
     (:func:`cpu_cores`), each with one thread under ``threads: auto``, started by fork
     (``ddp_fork``) when ``strategy`` is ``auto``; elsewhere Fabric's own ``auto`` (every visible
     GPU). Why not Fabric's CPU meaning (one process): fedlight's clients are independent, so
-    processes scale without threads' contention; on the main job 2 processes finish 1 round
+    processes scale without threads' contention; on the quick-start run 2 processes finish 1 round
     1.23-1.27x and 20 rounds 1.69-1.73x sooner than 1 on 2 cores, start-up included (fork
     costs ~0.1 s; benchmarks/processes.py). Fork is Linux-only here (it is unsafe with macOS system
     libraries and absent on Windows): elsewhere ``auto`` on CPU with ``strategy: auto`` is one
@@ -113,6 +144,7 @@ def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision:
     ``workers_per_device`` > 1 starts that many processes on each device (each trains its own
     clients, as with several devices); on GPUs their process group is gloo, because NCCL
     refuses two ranks on one GPU."""
+    precision = check_precision(precision)
     if devices == "auto" and workers_per_device == 1 and num_nodes == 1:
         devices, strategy = resolve_auto_devices(accelerator, strategy)
     options: dict[str, Any] = dict(accelerator=accelerator, devices=devices, num_nodes=num_nodes,
@@ -155,27 +187,107 @@ def launch(trainer: Any, method: str, *args: Any) -> Any:
     Returns rank 0's result. With a spawn / fork launcher the calling process does not take
     part; it receives rank 0's :data:`RETURNED_ATTRIBUTES` (``trainer.history`` and
     ``trainer.global_state`` are then filled as after a 1-process run; the client states are
-    in the run's checkpoint).
+    in the run's checkpoint), and an exception of a rank is raised here as it was raised there
+    (the first rank to fail names the cause; e.g. ``RunInterrupted`` after a Ctrl-C).
+
+    Ctrl-C and SIGTERM: the started processes run in process groups of their own, so a
+    terminal's Ctrl-C reaches the calling process only, which passes each SIGINT / SIGTERM on
+    to every rank once. The ranks then stop as a one-process run does (the first signal after
+    the round in progress, with a checkpoint; a second one at once).
     """
     fd, path = tempfile.mkstemp(prefix="fedlight-result-", suffix=".pt")
     os.close(fd)
     try:
-        result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(), *args)
+        with ForwardSignals(), _quiet_process_group_setup():
+            result = trainer.fabric.launch(_run_in_process, trainer, method, path, os.getpid(),
+                                           *args)
         if torch.distributed.is_initialized():  # this process was a rank itself (ddp / torchrun)
             return result
-        value, attributes = torch.load(path, map_location="cpu", weights_only=False)
+        outcomes = [torch.load(p, map_location="cpu", weights_only=False)
+                    for p in glob.glob(f"{path}.*")]
     finally:
-        os.unlink(path)
+        for name in [path, *glob.glob(f"{path}.*")]:
+            os.unlink(name)
+    failures = sorted((o for o in outcomes if o[0] == "error"), key=lambda o: o[1])
+    if failures:
+        raise failures[0][2]
+    (_, value, attributes), = [o for o in outcomes if o[0] == "result"]
     for name, attribute in attributes.items():
         setattr(trainer, name, attribute)
     return value
 
 
+#: Loggers of Fabric's process-group set-up lines ("Initializing distributed: GLOBAL_RANK...",
+#: the "All distributed processes registered" banner): fedlight's own output says what runs.
+PROCESS_GROUP_LOGGERS = ("lightning.fabric.utilities.distributed",
+                         "lightning.fabric.utilities.rank_zero")
+
+
+@contextlib.contextmanager
+def _quiet_process_group_setup() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in PROCESS_GROUP_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.level, logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+class ForwardSignals:
+    """While the ranks of a spawn / fork launch run, pass each SIGINT / SIGTERM the calling
+    process receives on to them (they run in their own process groups, see :func:`launch`).
+    Before any rank has started, a signal keeps its usual meaning."""
+
+    def __enter__(self) -> ForwardSignals:
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._forward) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        ranks = multiprocessing.active_children()
+        if not ranks:
+            previous = self._previous[signum]
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+            return
+        for rank in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                if rank.pid is not None:
+                    os.kill(rank.pid, signum)
+
+
 def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller: int,
                     *args: Any) -> Any:
+    started = os.getpid() != caller
+    if started:  # signals reach this rank through the caller only (ForwardSignals)
+        if hasattr(os, "setpgid"):
+            os.setpgid(0, 0)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     trainer.fabric = fabric  # the launched (set-up) Fabric of this process
-    value = getattr(trainer, method)(*args)
-    if fabric.global_rank != 0 or os.getpid() == caller:
+    try:
+        value = getattr(trainer, method)(*args)
+    except BaseException as error:
+        if not started:
+            raise
+        # torch's worker wrapper swallows a KeyboardInterrupt (the rank then exits as if it
+        # succeeded and the caller waits for a result forever) and turns other exceptions
+        # into a traceback text: hand the exception itself to the caller instead.
+        failed_at = time.time()
+        error.add_note(f"(raised on rank {fabric.global_rank}:)\n{traceback.format_exc()}")
+        _save_outcome(f"{path}.{fabric.global_rank}", ("error", failed_at, error))
+        return None
+    if fabric.global_rank != 0 or not started:
         return value
     # A spawned / forked rank 0 hands its results to the caller through a file: Fabric's
     # launcher reads its result pipe only after the workers exit (a result over the pipe's
@@ -183,10 +295,23 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
     # descriptors that die with the worker.
     attributes = {name: _move(getattr(trainer, name), torch.device("cpu"))
                   for name in RETURNED_ATTRIBUTES if hasattr(trainer, name)}
-    torch.save((value, attributes), path)
+    _save_outcome(f"{path}.0", ("result", value, attributes))
     return None
 
 
-__all__ = ["STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
-           "check_scale_options", "check_threads", "cpu_cores", "launch", "make_fabric",
-           "needs_launch", "resolve_auto_devices"]
+def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
+    # pickle's default protocol: torch.save's protocol 2 turns a FileNotFoundError into OSError
+    try:
+        torch.save(outcome, path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
+    except Exception:  # an exception that does not pickle: its type and text, as text
+        if outcome[0] != "error":
+            raise
+        error = outcome[2]
+        text = "".join(traceback.format_exception(error))
+        torch.save(("error", outcome[1], RuntimeError(f"{type(error).__name__}: {error}\n{text}")),
+                   path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
+
+
+__all__ = ["PRECISIONS", "STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
+           "check_precision", "check_scale_options", "check_threads", "cpu_cores", "launch",
+           "make_fabric", "needs_launch", "resolve_auto_devices"]

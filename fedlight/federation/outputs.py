@@ -80,17 +80,22 @@ class RunFolder:
     # ----------------------------------------------------------------- loggers
     def open_loggers(self, hyperparameters: Mapping[str, Any]) -> None:
         if "tensorboard" in self.logger_names:
-            from lightning.fabric.loggers import TensorBoardLogger
+            from lightning.fabric.loggers.tensorboard import TensorBoardLogger
 
             self.loggers.append(TensorBoardLogger(str(self.path), name="tensorboard", version=""))
         if "wandb" in self.logger_names:
+            import wandb
             from lightning.pytorch.loggers import WandbLogger
 
             offline = (os.environ.get("WANDB_MODE") == "offline"
                        or not os.environ.get("WANDB_API_KEY"))
+            # Offline, W&B's terminal lines (its run summary, a note on a setting Lightning
+            # passes) only repeat what fedlight prints; the run is in <run>/wandb/.
+            settings: dict[str, Any] = (
+                {"settings": wandb.Settings(silent=True)} if offline else {})
             self.loggers.append(WandbLogger(
                 project=self.wandb_project, name=self.path.name, group=self.group,
-                save_dir=str(self.path), offline=offline,
+                save_dir=str(self.path), offline=offline, **settings,
             ))
         for logger in self.loggers:
             logger.log_hyperparams(dict(hyperparameters))
@@ -148,7 +153,7 @@ class RunFolder:
         with self.metrics_path.open() as handle:
             return list(csv.DictReader(handle))
 
-    def _write_rows(self, rows: list[Mapping[str, Any]]) -> None:
+    def _write_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         def write(tmp: Path) -> None:
             with tmp.open("w", newline="") as handle:
                 writer = csv.DictWriter(handle, self.columns)
@@ -226,6 +231,5 @@ def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) ->
 def _finish(logger: Any) -> None:
     if hasattr(logger, "finalize"):
         logger.finalize("success")
-    experiment = getattr(logger, "_experiment", None)
-    if experiment is not None and hasattr(experiment, "finish"):
-        experiment.finish()
+    if type(logger).__name__ == "WandbLogger":  # its run was started by log_hyperparams
+        logger.experiment.finish()

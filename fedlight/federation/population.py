@@ -52,14 +52,18 @@ class Population:
         self.dist = dist
         self.num_clients = datamodule.num_clients
         owned = [dist.owns(i) for i in range(self.num_clients)]
-        self.train_data: list[Batch | None] = [
-            tuple(t.to(device) for t in datamodule.client_train(i)) if mine else None
+        def on_device(batch: tuple[Tensor, Tensor]) -> Batch:
+            return batch[0].to(device), batch[1].to(device)
+
+        # The data of the clients this process owns (None for the others').
+        self.train_data: list[Batch] = [
+            on_device(datamodule.client_train(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
-        self.test_data: list[Batch | None] = [
-            tuple(t.to(device) for t in datamodule.client_test(i)) if mine else None
+        self.test_data: list[Batch] = [
+            on_device(datamodule.client_test(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
-        self.val_data: list[Batch | None] = [
-            tuple(t.to(device) for t in datamodule.client_val(i)) if mine else None
+        self.val_data: list[Batch] = [
+            on_device(datamodule.client_val(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
         self.class_counts = [datamodule.class_counts(i) for i in range(self.num_clients)]
         self.initial_private = initial_private

@@ -40,7 +40,7 @@ class RoundProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
     def advance_to(self, completed: int) -> None:

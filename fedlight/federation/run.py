@@ -41,7 +41,11 @@ class RunWriter:
 
     # ----------------------------------------------------------------- opening
     def checkpoint_file(self, ckpt_path: str) -> Path:
-        return find_checkpoint(ckpt_path, self.root, self.run_name)
+        """The checkpoint ``ckpt_path`` names, found by rank 0 and known on every rank (every
+        rank calls this; a missing run is a ``FileNotFoundError`` on every rank)."""
+        found: Path = self.dist.from_writer(
+            lambda: find_checkpoint(ckpt_path, self.root, self.run_name))
+        return found
 
     def open(self, resume_from: Path | None, write_header: Callable[[RunFolder], None],
              hyperparameters: Mapping[str, Any]) -> RunFolder:
@@ -82,21 +86,28 @@ class RunWriter:
         return RoundProgress(rounds, enabled=self.progress_bar and self.dist.is_writer)
 
     # ----------------------------------------------------------------- during the run
+    @property
+    def opened(self) -> RunFolder:
+        """The folder :meth:`open` or :meth:`open_existing` opened."""
+        if self.folder is None:
+            raise RuntimeError("the run folder is not open yet")
+        return self.folder
+
     def append(self, row: dict[str, Any]) -> None:
-        self.folder.append_row(row)
+        self.opened.append_row(row)
 
     def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> None:
         if self.dist.is_writer:
-            save_checkpoint(state, self.folder.checkpoint_dir / name)
+            save_checkpoint(state, self.opened.checkpoint_dir / name)
 
     # ----------------------------------------------------------------- closing
     def finish(self, history: list[dict[str, Any]], extra: Mapping[str, Any],
                per_client: list[dict[str, Any]]) -> dict[str, Any]:
         """Write ``summary.json``, ``per_client.json`` and the plot; print the final table."""
-        summary = summarize(history, {**extra, "run_dir": str(self.folder.path)})
+        folder = self.opened
+        summary = summarize(history, {**extra, "run_dir": str(folder.path)})
         if not self.dist.is_writer:
             return summary
-        folder = self.folder
         folder.write_json("summary.json", summary)
         folder.write_json("per_client.json", per_client)
         plot_curves(history, folder.path / "accuracy.png", folder.path.name)
@@ -192,7 +203,8 @@ def to_yaml(obj: Mapping[str, Any]) -> str:
     """A plain YAML dump (tuples and paths become lists and strings)."""
     import yaml
 
-    return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
+    text: str = yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
+    return text
 
 
 __all__ = ["SIMULATOR", "RunWriter", "default_run_name", "describe_run", "to_yaml"]

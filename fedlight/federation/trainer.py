@@ -100,12 +100,12 @@ class FederatedTrainer(RunCheckpoints):
         devices: Fabric devices; more than one runs one process per device, each training
             the sampled clients it owns (client i on rank i % world size); results do not
             depend on the number of processes. ``auto`` on CPU is one process per core, started
-            by fork on Linux (2 processes ran the main job 1.66x faster on 2 idle cores; 1
+            by fork on Linux (2 processes ran the quick-start run 1.66x faster on 2 idle cores; 1
             round already pays for the start-up); on GPUs it is every visible GPU. Default 1:
             with another program busy on a core, the process sharing it sets every round's
             pace (1.46-1.7x the quiet round, against 0.96x for one process).
         num_nodes: Fabric nodes (multi-node runs are started by torchrun or SLURM).
-        precision: Fabric precision: 32-true, bf16-mixed, 16-mixed, ...
+        precision: Fabric precision: 32-true, 16-mixed or bf16-mixed (also 32, 16, bf16).
         workers_per_device: processes per device (default 1); more lets several processes
             share one GPU, each training its own clients (results as with one process).
         strategy: how several processes start: auto / ddp (re-runs the command per rank),
@@ -241,8 +241,10 @@ class FederatedTrainer(RunCheckpoints):
             datamodule: the federated data.
             ckpt_path: resume a run: a checkpoint file, or last for the newest
                 checkpoints/last.ckpt of the run this configuration names (folder run_name or
-                run_name-vN). The configuration must be the run's own (only trainer.rounds may
-                change); the run and round resumed are printed.
+                run_name-vN). The configuration must be the run's own (trainer.threads
+                included); trainer.rounds may change, which trains the rounds a run planned
+                that long would, except for a method that reads the planned rounds (MAP:
+                refused); the run and round resumed are printed.
             server: a server rule replacing the method's own (e.g. FedAdam, Krum, DPFedAvg),
                 where the method allows it; None = the method's configure_server(). Each run
                 uses a fresh copy of it (set up from its constructor arguments), so one rule
@@ -262,8 +264,7 @@ class FederatedTrainer(RunCheckpoints):
         process; fedlight.flower's engine: Flower SuperNodes). Same rounds, rows, run folder
         and checkpoints whatever the engine; ckpt_path and server as in fit."""
         self._prepare(model, datamodule, server, engine)
-        checkpoint_file = self.writer.checkpoint_file(ckpt_path) if (
-            ckpt_path and self.dist.is_writer) else None
+        checkpoint_file = self.writer.checkpoint_file(ckpt_path) if ckpt_path else None
         checkpoint = (self.dist.share_checkpoint(lambda: load_checkpoint(checkpoint_file))
                       if ckpt_path else None)
         if checkpoint:
@@ -362,7 +363,7 @@ class FederatedTrainer(RunCheckpoints):
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
-                  "weighting", "drop_rate", "reinitialize")
+                  "weighting", "drop_rate", "reinitialize", "threads")
         # the evaluation protocol only where set, so runs that leave it to the method resume
         # from checkpoints written before the option existed
         protocol = ({} if self.evaluate_after_local_training is None else
