@@ -48,7 +48,7 @@ class RunCheckpoints:
         raise NotImplementedError  # FederatedTrainer's
 
     def _prepare(self, model: FederatedClient, datamodule: FederatedDataModule,
-                 server: Any = None) -> None:
+                 server: Any = None, engine: Any = None, reinit: bool | None = None) -> None:
         raise NotImplementedError  # FederatedTrainer's
 
     def validate(self, model: FederatedClient, datamodule: FederatedDataModule,

@@ -70,7 +70,7 @@ class ClientResult:
     upload: Upload
     loss_sum: float | Tensor
     steps: int
-    logs: dict[str, float | Tensor] = field(default_factory=dict)
+    logs: Mapping[str, float | Tensor] = field(default_factory=dict)
     scores: dict[str, Score] = field(default_factory=dict)
     loss_scale: float | None = None
 
