@@ -40,6 +40,16 @@ def add_run_arguments(parser: LightningArgumentParser) -> None:
                           apply_on="instantiate")
 
 
+def run_parser() -> FedlightParser:
+    """The parser of fedlight fit's arguments without the command line: -c, the trainer,
+    model and data sections, server and ckpt_path."""
+    parser = FedlightParser()
+    parser.add_argument("-c", "--config", action=ActionConfigFile)
+    add_run_arguments(parser)
+    parser.add_method_arguments(FederatedTrainer, "fit", skip={"model", "datamodule"})
+    return parser
+
+
 def dump_config(parser: LightningArgumentParser, config: Any) -> str:
     """The resolved config as YAML (what a run folder's config.yaml holds)."""
     with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
@@ -70,10 +80,7 @@ def read_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     Raises:
         fedlight.errors.UsageError: the config or an override is not valid (one line).
     """
-    parser = FedlightParser()
-    parser.add_argument("-c", "--config", action=ActionConfigFile)
-    add_run_arguments(parser)
-    parser.add_method_arguments(FederatedTrainer, "fit", skip={"model", "datamodule"})
+    parser = run_parser()
     config = parser.parse_args(["-c", str(path), *overrides])
     seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
     built = parser.instantiate_classes(config)
@@ -85,4 +92,4 @@ def read_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
                      built.get("ckpt_path"))
 
 
-__all__ = ["RunConfig", "add_run_arguments", "dump_config", "read_config"]
+__all__ = ["RunConfig", "add_run_arguments", "dump_config", "read_config", "run_parser"]

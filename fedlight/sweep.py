@@ -301,37 +301,26 @@ def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:
     """The configuration ``fedlight fit ARGUMENTS`` would run (what its ``--print_config``
     prints), resolved by its parser; a refused command line is a SweepError ``<label>: <the
     parser's one-line message>``."""
+    from fedlight.config import dump_config
     from fedlight.errors import USER_ERRORS, user_message
 
-    parser, fit_parser = _fit_parsers()
+    parser = _fit_parser()
     try:
         with _quiet_cli():
-            config = parser.parse_args(["fit", *arguments])
-            text = fit_parser.dump(config["fit"], skip_none=False)
+            config = parser.parse_args(list(arguments))
+            text = dump_config(parser, config)
     except USER_ERRORS as error:
         raise SweepError(f"{label}: {user_message(error)}") from None
     return yaml.safe_load(text)
 
 
-class _ParsersBuilt(Exception):
-    """Raised by _FitParsers once LightningCLI has built its parsers, before it parses."""
-
-
 @functools.cache
-def _fit_parsers() -> tuple[Any, Any]:
-    """fedlight's command-line parser and its fit subparser, built once per process
-    (building them costs about as much as a parse, and a sweep parses every cell)."""
-    from fedlight.cli import FedlightCLI
+def _fit_parser() -> Any:
+    """fedlight fit's argument parser, built once per process (building it costs about as
+    much as a parse, and a sweep parses every cell)."""
+    from fedlight.config import run_parser
 
-    class _FitParsers(FedlightCLI):
-        def parse_arguments(self, parser: Any, args: Any) -> None:
-            raise _ParsersBuilt(self)
-
-    try:
-        _FitParsers(args=["fit"])
-    except _ParsersBuilt as built:
-        cli = built.args[0]
-    return cli.parser, cli._parser("fit")
+    return run_parser()
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:
@@ -416,15 +405,17 @@ def plan(sweep: Sweep, out: Path) -> list[Planned]:
 def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
     """Run one cell's ``fedlight fit`` in this process; its wall and CPU seconds, and the
     one-line error where it failed (a diverged run is a result, not a crash)."""
-    from fedlight.cli import FedlightCLI
+    from fedlight.config import read_config
     from fedlight.errors import USER_ERRORS, user_message
 
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     error = None
     try:
         with _quiet_cli():
-            FedlightCLI(args=["fit", "-c", config_file,
-                              *(["--ckpt_path", "last"] if resume else [])])
+            run = read_config(config_file, ["--ckpt_path", "last"] if resume else [])
+            run.trainer.command = f"fedlight fit -c {config_file}"
+            run.trainer.fit(run.model, run.datamodule, ckpt_path=run.ckpt_path,
+                            server=run.server)
     except USER_ERRORS as failure:
         error = user_message(failure)
     return {"wall": time.perf_counter() - started, "cpu": _cpu_seconds() - cpu_started,
