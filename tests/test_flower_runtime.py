@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("flwr")
 BINARIES = ("flwr", "flower-superlink", "flower-supernode")
 missing = [b for b in BINARIES if shutil.which(b) is None]
-# slow: deselected from the default run (setup.cfg); CI runs it with python -m pytest -m slow
+# slow: deselected from the default run (setup.cfg); CI runs it with python -m pytest -m slow -n 0
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     bool(missing), reason=f"Flower's runtime binaries are not installed: {', '.join(missing)}")]
 
