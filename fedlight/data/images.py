@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedlight.data import files
 from fedlight.data.sources import _STD_FLOOR, SourceData, SourceRequest
 
 __all__ = [
@@ -75,10 +76,7 @@ def require_folder(folder: Path, source: str, layout: str, hint: str = "") -> Pa
 
 def require_root(request: SourceRequest, source: str, layout: str) -> Path:
     """The request's root, or a one-line ValueError saying it is needed."""
-    if request.root is None:
-        raise ValueError(f"data source '{source}' is read from a folder but no root was given; "
-                         f"set data.root to the folder holding {layout}")
-    return Path(request.root)
+    return files.require_root(source, request.root, layout)
 
 
 def class_folders(

@@ -249,13 +249,7 @@ def _check_min_size(parts: list[np.ndarray], minimum: int) -> None:
 
 
 def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) -> list[np.ndarray]:
-    if o.domains is None:
-        others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
-        raise ValueError(
-            "the domains partition needs a domain id per sample, but this source has no "
-            f"domains; valid partitions for it: {others}"
-        )
-    domains = _per_sample_ids("domains", o.domains, labels)
+    domains = _required_ids("domains", "a domain id", "domains", o.domains, labels)
     ids = np.unique(domains)
     if k % len(ids):
         raise ValueError(
@@ -275,7 +269,16 @@ def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) 
     return parts
 
 
-def _per_sample_ids(kind: str, ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def _required_ids(partition: str, what: str, kind: str, ids: np.ndarray | None,
+                  labels: np.ndarray) -> np.ndarray:
+    """The source's per-sample ids (domains, groups) a partition needs; one-line errors where
+    the source has none or their shape is not the labels'."""
+    if ids is None:
+        others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
+        raise ValueError(
+            f"the {partition} partition needs {what} per sample, but this source has no "
+            f"{kind}; valid partitions for it: {others}"
+        )
     ids = np.asarray(ids)
     if ids.shape != labels.shape:
         raise ValueError(
@@ -286,13 +289,7 @@ def _per_sample_ids(kind: str, ids: np.ndarray, labels: np.ndarray) -> np.ndarra
 
 
 def _natural(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) -> list[np.ndarray]:
-    if o.groups is None:
-        others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
-        raise ValueError(
-            "the natural partition needs a group (writer, user) id per sample, but this source "
-            f"has no groups; valid partitions for it: {others}"
-        )
-    groups = _per_sample_ids("groups", o.groups, labels)
+    groups = _required_ids("natural", "a group (writer, user) id", "groups", o.groups, labels)
     ids = np.unique(groups)
     if k > len(ids):
         raise ValueError(

@@ -227,10 +227,8 @@ class RoundProtocol:
         self.rule.end_round(self.dist)
         self.grad_scale.end_round(ended, self.dist)
         row = round_stats(self.dist.gather_by_client(stats), self.dist.device)
-        if self.drop_rate or row["dropped"]:
-            row["dropped"] = row["dropped"]
-        else:
-            del row["dropped"]
+        if not (self.drop_rate or row["dropped"]):
+            del row["dropped"]  # the column only where clients can drop
         row["seconds"] = time.perf_counter() - started
         if not plan.evaluate:
             return row, None
