@@ -90,13 +90,17 @@ def iterate_batches(
     scored.
     """
     n = len(y)
-    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
-    order = order.to(x.device)
+    order = (torch.randperm(n, generator=generator).to(x.device) if generator is not None
+             else None)
     for start in range(0, n, batch_size):
-        index = order[start:start + batch_size]
-        if drop_single and len(index) == 1 and n > 1:
+        stop = min(start + batch_size, n)
+        if drop_single and stop - start == 1 and n > 1:
             return
-        yield x.index_select(0, index), y.index_select(0, index)
+        if order is None:  # in order: views of the tensors, no copy
+            yield x[start:stop], y[start:stop]
+        else:  # indexing, unlike index_select, keeps x's memory format (channels_last)
+            index = order[start:stop]
+            yield x[index], y[index]
 
 
 def _pooled(train: np.ndarray | None, test: np.ndarray | None, merge: bool) -> np.ndarray | None:

@@ -14,6 +14,7 @@ from fedlight.clients.base import ClientContext, FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.distributed import Distributed
 from fedlight.federation.local import LocalLoop, LocalResult
+from fedlight.federation.memory_format import on_device
 from fedlight.federation.store import ClientStore, make_store
 
 Batch = tuple[Tensor, Tensor]
@@ -43,27 +44,29 @@ class Population:
             trained starts from).
         storage, storage_dir: the private-state store (``memory`` or ``disk``).
         rounds, join_ratio, batch_size: told to clients through their context.
+        memory_format: the memory format of the image batches (see memory_format.py).
     """
 
     def __init__(self, datamodule: FederatedDataModule, dist: Distributed,
                  initial_private: dict[str, Tensor], storage: str, storage_dir: Any,
-                 rounds: int, join_ratio: float, batch_size: int) -> None:
+                 rounds: int, join_ratio: float, batch_size: int,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
         device = dist.device
         self.dist = dist
         self.num_clients = datamodule.num_clients
         owned = [dist.owns(i) for i in range(self.num_clients)]
-        def on_device(batch: tuple[Tensor, Tensor]) -> Batch:
-            return batch[0].to(device), batch[1].to(device)
+        def place(batch: tuple[Tensor, Tensor]) -> Batch:
+            return on_device(batch, device, memory_format)
 
         # The data of the clients this process owns (None for the others').
         self.train_data: list[Batch] = [
-            on_device(datamodule.client_train(i)) if mine else None  # type: ignore[misc]
+            place(datamodule.client_train(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
         self.test_data: list[Batch] = [
-            on_device(datamodule.client_test(i)) if mine else None  # type: ignore[misc]
+            place(datamodule.client_test(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
         self.val_data: list[Batch] = [
-            on_device(datamodule.client_val(i)) if mine else None  # type: ignore[misc]
+            place(datamodule.client_val(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
         self.class_counts = [datamodule.class_counts(i) for i in range(self.num_clients)]
         self.initial_private = initial_private

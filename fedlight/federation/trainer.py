@@ -33,6 +33,7 @@ from fedlight.federation.launch import (
     needs_launch,
 )
 from fedlight.federation.local import LocalLoop
+from fedlight.federation.memory_format import apply_memory_format, check_memory_format, on_device
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
 from fedlight.federation.precision import ClientGradScale
@@ -113,6 +114,10 @@ class FederatedTrainer(RunCheckpoints):
         client_state_storage: where private states live between rounds: memory or
             disk (one sparse memory-mapped file).
         client_state_dir: folder of the disk store's file; default default_root_dir.
+        memory_format: the memory format of image batches and convolution weights: auto
+            (channels_last on a CPU where every backbone of the model trains faster in it,
+            see Backbone.channels_last; the default format otherwise), channels_last or
+            contiguous. Results agree to float tolerance, not bit for bit.
         threads: torch intra-op threads per process: a count, ``auto`` (1 on CPU, torch's
             default on accelerators; robust when other programs share the cores) or None
             (torch's default).
@@ -158,6 +163,7 @@ class FederatedTrainer(RunCheckpoints):
         client_state_dir: str | None = None,
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
+        memory_format: Literal["auto", "channels_last", "contiguous"] = "auto",
         **moved: Any,
     ) -> None:
         check_moved(moved)
@@ -185,6 +191,7 @@ class FederatedTrainer(RunCheckpoints):
         self.probes = list(probes or [])
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
         self.threads = check_threads(threads)
+        self.memory_format = check_memory_format(memory_format)
         self.precision = precision
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
                                   workers_per_device)
@@ -315,8 +322,9 @@ class FederatedTrainer(RunCheckpoints):
         self.num_clients = datamodule.num_clients
         self.dist = Distributed(self.fabric)
         self.fabric.setup_module(model)
-        model.capture_logs(True)
         device = self.fabric.device
+        memory_format = apply_memory_format(model, self.memory_format, device)
+        model.capture_logs(True)
         state = model.state_dict()
         # Every process starts from rank 0's initial model, however it was built.
         initial_shared = self.dist.broadcast(
@@ -329,11 +337,11 @@ class FederatedTrainer(RunCheckpoints):
             datamodule, self.dist if holds_clients else OwnedClients(self.fabric, ()),
             self.dist.broadcast(model.client_state()), self.client_state_storage,
             self.client_state_dir or self.default_root_dir, self.rounds, self.join_ratio,
-            self.batch_size)
+            self.batch_size, memory_format)
         self.loop = LocalLoop(self.fabric, self.batch_size, **self.local_options)
         self.evaluator = Evaluator(
             self.fabric, self.dist, self.population, self.loop,
-            tuple(t.to(device) for t in datamodule.global_test()), self.eval_batch_size,
+            on_device(datamodule.global_test(), device, memory_format), self.eval_batch_size,
             self.seed)
         self.engine = engine or LocalEngine(self.fabric, model, self.population, self.loop,
                                             self.evaluator, self.seed, self.local_epochs,

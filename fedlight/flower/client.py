@@ -30,6 +30,7 @@ from flwr.clientapp import ClientApp
 from fedlight.config import RunConfig
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.local import LocalLoop
+from fedlight.federation.memory_format import apply_memory_format, resolve_memory_format
 from fedlight.federation.population import Population
 from fedlight.federation.precision import ClientGradScale
 from fedlight.federation.protocol import ClientResult, OwnedClients, TrainTask, private_scores
@@ -59,6 +60,7 @@ def prepared(run: RunConfig) -> dict[str, torch.Tensor]:
         prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads,
                     trainer.fabric.device)
         trainer.fabric.setup_module(model)
+        apply_memory_format(model, trainer.memory_format, trainer.fabric.device)
         model.capture_logs(True)
         _PREPARED[id(run)] = model.client_state()
     return _PREPARED[id(run)]
@@ -85,7 +87,8 @@ class ClientNode:
         dist = OwnedClients(trainer.fabric, [client_id])
         self.population = Population(
             run.datamodule, dist, initial_private, "memory", self.folder, trainer.rounds,
-            trainer.join_ratio, trainer.batch_size)
+            trainer.join_ratio, trainer.batch_size,
+            resolve_memory_format(trainer.memory_format, run.model, trainer.fabric.device))
         self.loop = LocalLoop(trainer.fabric, trainer.batch_size, **trainer.local_options)
         self.evaluator = Evaluator(trainer.fabric, dist, self.population, self.loop, (),
                                    trainer.eval_batch_size, trainer.seed)

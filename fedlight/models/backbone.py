@@ -33,6 +33,9 @@ class Backbone(nn.Module):
         head: the classifier; by default a fresh ``nn.Linear(feature_dim, num_classes)``.
         fine_blocks: state-dict prefixes of the ``"fine"`` cut, bottom first (each names a
             submodule, e.g. ``"encoder.0"``), or ``None`` when the backbone has no fine cut.
+        channels_last: the backbone trains faster on a CPU with its images and convolution
+            weights in the ``channels_last`` memory format (measured per backbone, see
+            ``benchmarks/README.md``); the trainer's ``memory_format: auto`` follows it.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class Backbone(nn.Module):
         name: str = "backbone",
         head: nn.Module | None = None,
         fine_blocks: Sequence[str] | None = None,
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         check_num_classes(num_classes)
@@ -55,6 +59,7 @@ class Backbone(nn.Module):
         self.input_shape = tuple(input_shape)
         self.name = name
         self._fine_blocks = tuple(fine_blocks) if fine_blocks is not None else None
+        self.channels_last = channels_last
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``(B, num_classes)`` for an input batch ``(B, *input_shape)``."""

