@@ -32,6 +32,8 @@ import json
 import math
 import os
 import shlex
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,13 +101,14 @@ def dataset_name(input_shape: Sequence[int], config: Path) -> str:
 
 
 def fedlight_arguments(method: Method, config: Path, folder: Path, rounds: int,
-                       threads: int) -> list[str]:
-    """``fedlight fit`` options of one method on the exported folder."""
+                       threads: int | None, extra: Sequence[str] = ()) -> list[str]:
+    """``fedlight fit`` options of one method on the exported folder (``threads`` None:
+    fedlight's default), then ``extra``."""
     return ["-c", str(config), f"--model={method.fedlight}",
             *(f"--model.init_args.{k}={v}" for k, v in method.init_args),
             "--data.source=pfllib", f"--data.root={folder}", f"--trainer.rounds={rounds}",
-            f"--trainer.threads={threads}", "--trainer.progress_bar=false",
-            "--trainer.verbose=false"]
+            *([] if threads is None else [f"--trainer.threads={threads}"]),
+            "--trainer.progress_bar=false", "--trainer.verbose=false", *extra]
 
 
 def pfllib_command(method: Method, resolved: dict[str, Any], name: str, num_clients: int,
@@ -144,12 +147,15 @@ def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
+    """Best accuracies and median walls (over the repeats) side by side, with the speed-up
+    (PFLlib wall / fedlight wall)."""
     lines = ["| method | fedlight best (%) | PFLlib best (%) | difference (points) | "
-             "fedlight wall (s) | PFLlib wall (s) |", "|" + " --- |" * 6]
+             "fedlight wall (s) | PFLlib wall (s) | speed-up |", "|" + " --- |" * 7]
     for row in rows:
         ours, theirs = 100 * row["fedlight"], 100 * row["pfllib"]
+        fast, slow = statistics.median(row["fedlight_wall"]), statistics.median(row["pfllib_wall"])
         lines.append(f"| {row['method']} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
-                     f"{row['fedlight_wall']:.0f} | {row['pfllib_wall']:.0f} |")
+                     f"{fast:.1f} | {slow:.1f} | {slow / fast:.2f}x |")
     return "\n".join(lines)
 
 
@@ -161,7 +167,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="fedlight config whose data split and workload both run")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of both")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of both (default: each library's own default)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run each pair this many times, in turn (walls: the median)")
+    parser.add_argument("--fedlight-args", nargs="*", default=[],
+                        help="more fedlight fit options, e.g. --trainer.devices=auto")
     parser.add_argument("--device", default="cpu", help="PFLlib's -dev (fedlight: the config's "
                         "trainer.accelerator)")
     parser.add_argument("--pfllib-python", default=sys.executable,
@@ -178,7 +189,9 @@ def main(argv: list[str] | None = None) -> None:
     data.setup()
     name = dataset_name(data.input_shape, config)
     folder = (args.pfllib / "dataset" / name).resolve()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "offline"}
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    if args.threads is not None:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     export = [sys.executable, "-m", "fedlight.cli", "export-partition", str(config), str(folder)]
     if args.dry_run:
         print(shlex.join(export))
@@ -191,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as runs:
         for label in args.methods:
             method = METHODS[label]
-            ours = fedlight_arguments(method, config, folder, args.rounds, args.threads)
+            ours = fedlight_arguments(method, config, folder, args.rounds, args.threads,
+                                      args.fedlight_args)
             ours.append(f"--trainer.default_root_dir={runs}")
             ours.append(f"--trainer.run_name={label}")
             resolved = resolve_arguments(ours, label)
@@ -201,12 +215,17 @@ def main(argv: list[str] | None = None) -> None:
             if args.dry_run:
                 print(shlex.join(fit), f"\n(cd {main_py.parent} && {shlex.join(theirs)})")
                 continue
-            fedlight_wall, _ = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+            row: dict[str, Any] = {"method": label, "fedlight_wall": [], "pfllib_wall": []}
+            for _ in range(args.repeats):
+                shutil.rmtree(Path(runs) / label, ignore_errors=True)
+                wall, _ = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+                row["fedlight_wall"].append(wall)
+                wall, stdout = timed(theirs, main_py.parent, env)
+                row["pfllib_wall"].append(wall)
             summary = json.loads((Path(runs) / label / "summary.json").read_text())
-            pfllib_wall, stdout = timed(theirs, main_py.parent, env)
-            rows.append({"method": label, "fedlight": summary["best_personalized_accuracy"],
-                         "pfllib": best_accuracy(stdout), "fedlight_wall": fedlight_wall,
-                         "pfllib_wall": pfllib_wall})
+            row.update(fedlight=summary["best_personalized_accuracy"],
+                       pfllib=best_accuracy(stdout))
+            rows.append(row)
             print(table(rows).splitlines()[-1], flush=True)
     if args.dry_run:
         return
@@ -214,8 +233,10 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n".join([
         f"## fedlight vs PFLlib on one split ({name}, {args.rounds} rounds)", "",
         f"`python benchmarks/vs_pfllib.py {given}`",
-        "", f"{args.threads} torch thread(s) each, PFLlib device {args.device}; wall = each "
-        "whole process from start to exit (import, data, training, evaluation).", "",
+        "", f"torch threads: {args.threads or 'each library default'}; fedlight options "
+        f"{' '.join(args.fedlight_args) or '(none)'}; PFLlib device {args.device}; wall = the "
+        f"median over {args.repeats} run(s) of each whole process from start to exit (import, "
+        "data, training, evaluation), the two libraries in turn.", "",
         table(rows), ""])
     print(text)
     if args.out:

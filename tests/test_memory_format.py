@@ -88,3 +88,15 @@ def test_channels_last_changes_results_only_to_float_tolerance(tmp_path, cls):
 def test_auto_trains_a_conv_backbone_channels_last_on_the_cpu(tmp_path):
     _, seen, conv = run_recording_formats(tmp_path, "auto")
     assert (seen, conv) == ({True}, True)
+
+
+def test_resuming_in_another_memory_format_is_refused(tmp_path):
+    data = tiny_data(**IMAGES)
+    tiny_trainer(tmp_path, rounds=1, run_name="run", memory_format="channels_last").fit(
+        image_client(), data)
+    with pytest.raises(ValueError, match="memory_format"):
+        tiny_trainer(tmp_path, rounds=2, run_name="run", memory_format="contiguous").fit(
+            image_client(), data, ckpt_path="last")
+    summary = tiny_trainer(tmp_path, rounds=2, run_name="run", memory_format="auto").fit(
+        image_client(), data, ckpt_path="last")
+    assert summary["rounds"] == 2

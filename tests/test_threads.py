@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import make_client, tiny_data, tiny_trainer
 
-from fedlight.clients import CLIENTS
+from fedlight.clients import CLIENTS, FedAvg
+from fedlight.federation import launch
 from fedlight.federation.launch import apply_threads, check_threads
 
 
@@ -44,3 +45,31 @@ def test_bad_threads_raise_naming_the_value(tmp_path, bad):
         tiny_trainer(tmp_path, threads=bad)
     with pytest.raises(ValueError, match=repr(bad).replace("(", r"\(")):
         check_threads(bad)
+
+
+@pytest.mark.parametrize("cores, load, expected", [
+    (2, 0.1, 2), (2, 0.9, 1), (2, 1.6, 0), (8, 2.2, 6), (4, 9.0, 0)])
+def test_idle_cores_follow_the_load_average(monkeypatch, cores, load, expected):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: cores)
+    monkeypatch.setattr(launch.os, "getloadavg", lambda: (load, load, load))
+    assert launch.idle_cores() == expected
+
+
+@pytest.mark.parametrize("devices, device, load, hinted", [
+    (1, "cpu", 0.2, True), (1, "cpu", 1.0, False), ("auto", "cpu", 0.2, False),
+    (2, "cpu", 0.2, False), (1, "cuda", 0.2, False)])
+def test_a_one_process_cpu_run_on_idle_cores_gets_a_one_line_hint(monkeypatch, devices, device,
+                                                                   load, hinted):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(launch.os, "getloadavg", lambda: (load, load, load))
+    hint = launch.devices_hint(devices, torch.device(device))
+    assert (hint is not None) == hinted
+    if hinted:
+        assert "\n" not in hint and "--trainer.devices auto" in hint and "2 of 2" in hint
+
+
+def test_the_hint_is_printed_with_the_partition_table(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(launch.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    tiny_trainer(tmp_path, rounds=1).fit(make_client(FedAvg), tiny_data())
+    assert "4 of 4 CPU cores are idle" in capsys.readouterr().out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -111,6 +112,33 @@ def cpu_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def idle_cores() -> int:
+    """Cores of :func:`cpu_cores` left idle by the machine's 1-minute load average (all of
+    them where the platform has no load average)."""
+    cores = cpu_cores()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(0, min(cores, math.floor(cores - load + 0.5)))
+
+
+def devices_hint(devices: int | str, device: torch.device) -> str | None:
+    """One line for a one-process CPU run on a machine with other idle cores, saying that
+    ``--trainer.devices auto`` would use them; None otherwise.
+
+    The default stays one process (as Lightning's on CPU) rather than following the load at
+    start: the load average lags by a minute, so jobs started together (a sweep, a shell loop)
+    would each see idle cores and oversubscribe them, and a process that shares its core with
+    another program sets every round's pace (1.46-1.7x the quiet round). On an idle 2-core
+    machine two processes ran 10 rounds of the CIFAR-10 workload in <x> s against <y> s for
+    one (benchmarks/results/cpu_speed.md)."""
+    if devices != 1 or device.type != "cpu" or cpu_cores() < 2:
+        return None
+    idle = idle_cores()
+    if idle < 2:  # this run's own core plus at least one more
+        return None
+    return (f"fedlight: {idle} of {cpu_cores()} CPU cores are idle and this run uses one; "
+            "--trainer.devices auto trains on all of them (one process per core, same results)")
 
 
 def resolve_auto_devices(accelerator: str, strategy: str) -> tuple[int | str, str]:
@@ -313,5 +341,5 @@ def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
 
 
 __all__ = ["PRECISIONS", "STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
-           "check_precision", "check_scale_options", "check_threads", "cpu_cores", "launch",
-           "make_fabric", "needs_launch", "resolve_auto_devices"]
+           "check_precision", "check_scale_options", "check_threads", "cpu_cores", "devices_hint",
+           "idle_cores", "launch", "make_fabric", "needs_launch", "resolve_auto_devices"]

@@ -16,6 +16,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
@@ -28,6 +29,7 @@ from fedlight.federation.interrupt import RunInterrupted, StopSignals
 from fedlight.federation.launch import (
     check_scale_options,
     check_threads,
+    devices_hint,
     launch,
     make_fabric,
     needs_launch,
@@ -193,6 +195,7 @@ class FederatedTrainer(RunCheckpoints):
         self.threads = check_threads(threads)
         self.memory_format = check_memory_format(memory_format)
         self.precision = precision
+        self.devices = devices
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
                                   workers_per_device)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
@@ -324,6 +327,7 @@ class FederatedTrainer(RunCheckpoints):
         self.fabric.setup_module(model)
         device = self.fabric.device
         memory_format = apply_memory_format(model, self.memory_format, device)
+        self.channels_last = memory_format == torch.channels_last
         model.capture_logs(True)
         state = model.state_dict()
         # Every process starts from rank 0's initial model, however it was built.
@@ -368,6 +372,9 @@ class FederatedTrainer(RunCheckpoints):
         self.datamodule.save_partition(folder.path)
         if self.verbose:
             print(self.datamodule.stats_table())
+            hint = devices_hint(self.devices, self.fabric.device)
+            if hint:
+                print(hint)
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
@@ -376,9 +383,13 @@ class FederatedTrainer(RunCheckpoints):
         # from checkpoints written before the option existed
         protocol = ({} if self.evaluate_after_local_training is None else
                     {"evaluate_after_local_training": self.evaluate_after_local_training})
+        # the memory format changes float results: stored where it is not the default format,
+        # so runs from before the option resume
+        layout = {"memory_format": "channels_last"} if self.channels_last else {}
         return describe_run(self.client, self.datamodule, self.server,
                             {**{k: getattr(self, k) for k in fields}, **self.local_options,
-                             "precision": self.precision, **protocol}, self.engine_name)
+                             "precision": self.precision, **protocol, **layout},
+                            self.engine_name)
 
     # ================================================================= the round loop
     def _fit_rounds(self, start_round: int) -> None:
