@@ -45,6 +45,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fedlight.federation.precision import native_bf16  # noqa: E402
 from fedlight.models import BACKBONES, build_backbone  # noqa: E402
 
 #: (backbone, input shape, classes, where the papers use it). Rows whose backbone is not in
@@ -77,17 +78,6 @@ class Throughput:
     setting: str
     samples_per_second: float
     flops_per_second: float
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether bfloat16 matrix work runs natively here (CUDA, or a CPU with AVX512-BF16/AMX)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def synchronize(device: torch.device) -> None:

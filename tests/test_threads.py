@@ -8,6 +8,7 @@ from conftest import make_client, tiny_data, tiny_trainer
 
 from fedlight.clients import CLIENTS, FedAvg
 from fedlight.federation import launch
+from fedlight.federation import precision as precision_module
 from fedlight.federation.launch import apply_threads, check_threads
 
 
@@ -73,3 +74,19 @@ def test_the_hint_is_printed_with_the_partition_table(monkeypatch, tmp_path, cap
     monkeypatch.setattr(launch.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     tiny_trainer(tmp_path, rounds=1).fit(make_client(FedAvg), tiny_data())
     assert "4 of 4 CPU cores are idle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, precision, hinted", [
+    ("fpu avx2 fma", "bf16-mixed", True), ("fpu avx2 fma", "bf16", True),
+    ("fpu avx512f avx512_bf16", "bf16-mixed", False), ("fpu avx2", "32-true", False)])
+def test_bf16_on_a_cpu_without_native_bfloat16_gets_a_one_line_hint(monkeypatch, tmp_path, flags,
+                                                                     precision, hinted):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"flags\t: {flags}\n")
+    real_path = precision_module.Path
+    monkeypatch.setattr(precision_module, "Path",
+                        lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    hint = precision_module.precision_hint(precision, torch.device("cpu"))
+    assert (hint is not None) == hinted
+    if hinted:
+        assert "\n" not in hint and "bf16-mixed" in hint and "32-true" in hint

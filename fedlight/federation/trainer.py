@@ -38,7 +38,7 @@ from fedlight.federation.local import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format, check_memory_format, on_device
 from fedlight.federation.outputs import normalize_loggers
 from fedlight.federation.population import Population
-from fedlight.federation.precision import ClientGradScale
+from fedlight.federation.precision import ClientGradScale, precision_hint
 from fedlight.federation.probes import Probe
 from fedlight.federation.protocol import ClientEngine, OwnedClients, RoundGradScale, RoundProtocol
 from fedlight.federation.round import LocalEngine
@@ -372,9 +372,11 @@ class FederatedTrainer(RunCheckpoints):
         self.datamodule.save_partition(folder.path)
         if self.verbose:
             print(self.datamodule.stats_table())
-            hint = devices_hint(self.devices, self.fabric.device)
-            if hint:
-                print(hint)
+            device = self.fabric.device
+            for hint in (devices_hint(self.devices, device),
+                         precision_hint(self.precision, device)):
+                if hint:
+                    print(hint)
 
     def _hyperparameters(self) -> dict[str, Any]:
         fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
