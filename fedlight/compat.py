@@ -50,12 +50,14 @@ class LightningCLISteps(LightningCLI):
 # formats read here are those of jsonargparse 4.27-4.53: ``Parser key "<key>":`` followed
 # by an indented reason, Union errors listing each subtype's error as an indented ``- ``
 # bullet under ``Errors:``, ``Expected a <class 'T'>. Got value: V``,
-# ``Expected a typing.Literal[...]. Got value: V``, ``File does not exist: <path>``,
+# ``Expected a typing.Literal[...]. Got value: V`` (in a Union's bullet without the value,
+# which the Union error gives as ``Given value: V``), ``File does not exist: <path>``,
 # ``Expected a dot import path string: <name>`` and the unknown-option messages.
 
 _KEY = re.compile(r'\s*Parser key "([^"]+)":[ \t]*(.*)', re.S)
 _TYPE = re.compile(r"Expected a <class '([\w.]+)'>\. Got value: (.*)$", re.S)
-_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", re.S)
+_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*?)\](?:\. Got value: (.*))?$", re.S)
+_GIVEN = re.compile(r"^\s*Given value: (.*)$", re.M)
 _MISSING_FILE = re.compile(r"File does not exist: (.+)$")
 _CLASS_NAME = re.compile(r"Expected a dot import path string: (\S+)")
 _UNKNOWN_OPTION = (re.compile(r"does not accept option '([^']+)'"),
@@ -91,6 +93,7 @@ class ParserError:
 def read_parser_error(text: str) -> ParserError:
     """Read jsonargparse's message ``text`` into a :class:`ParserError`."""
     keys: list[str] = []
+    given = None
     text = text.strip()
     while True:
         key = _KEY.match(text)
@@ -101,12 +104,14 @@ def read_parser_error(text: str) -> ParserError:
         inner = _first_real_bullet(text)
         if inner is None or inner == text:
             break
+        given = _GIVEN.search(text) or given
         text = inner
     error = ParserError(keys, text.splitlines()[-1].strip() if text else text)
     typed, literal = _TYPE.search(text), _LITERAL.search(text)
     if literal:
         error.choices = [v.strip(" '\"") for v in literal.group(1).split(",")]
-        error.value = literal.group(2).strip()
+        value = literal.group(2) or (given.group(1) if given else None)
+        error.value = value.strip() if value is not None else None
     elif typed:
         error.expected, error.value = typed.group(1), typed.group(2).strip()
     missing = _MISSING_FILE.search(text)
