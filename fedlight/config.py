@@ -30,6 +30,9 @@ def add_run_arguments(parser: LightningArgumentParser) -> None:
     in a YAML)."""
     parser.add_class_arguments(FederatedTrainer, "trainer", fail_untyped=False)
     parser.add_lightning_class_args(FederatedClient, "model", subclass_mode=True)
+    # titled by jsonargparse with the base class's docstring, which describes no option here
+    parser.groups["model"].title = ("The method: --model NAME (fedlight fit --model NAME "
+                                    "--help lists its own options)")
     parser.add_lightning_class_args(FederatedDataModule, "data")
     parser.link_arguments("data.num_classes", "model.init_args.num_classes",
                           apply_on="instantiate")

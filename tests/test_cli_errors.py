@@ -175,6 +175,7 @@ def test_fit_help_lists_logger_values_run_options_and_classes_a_user_can_pass(
             "{csv,tensorboard,wandb} | list[{csv,tensorboard,wandb}] | bool, default: csv)"
             ) in text
     assert "\nrun options:\n  --ckpt_path" in out and "return its summary:" not in out
+    assert "\nThe method: --model NAME" in out and "Base class of every" not in out
     listed = re.findall(r"fedlight(?:\.\w+)+", text.split("known subclasses: ", 1)[1])
     assert "fedlight.clients.GPFL" in listed and "fedlight.federation.server.FedAdam" in listed
     for base in ("fedlight.clients.FederatedClient", "fedlight.federation.probes.Probe",
