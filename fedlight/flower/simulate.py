@@ -77,31 +77,23 @@ RUN_SIMULATION_NOTE = "The `run_simulation` function is deprecated"
 RAY_ACCELERATOR_NOTE = "Tip: In future versions of Ray, Ray will no longer override"
 
 
-class _DropRecords(logging.Filter):
-    """Drops the log records whose message contains text."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
-
-
 @contextlib.contextmanager
 def without_engine_notes() -> Iterator[None]:
     """While Flower's simulation engine runs: without the two notes above, every other log
     line and warning kept."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return RUN_SIMULATION_NOTE not in record.getMessage()
+
     flower_log = logging.getLogger("flwr")
-    drop = _DropRecords(RUN_SIMULATION_NOTE)
-    flower_log.addFilter(drop)
+    flower_log.addFilter(keep)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=RAY_ACCELERATOR_NOTE,
                                     category=FutureWarning, module=r"ray\.")
             yield
     finally:
-        flower_log.removeFilter(drop)
+        flower_log.removeFilter(keep)
 
 
 def main(argv: list[str]) -> None:
