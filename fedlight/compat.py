@@ -191,15 +191,16 @@ def readable_type(text: str) -> str:
     """jsonargparse's type text with the valid values of a choice in argparse's notation of
     choices and a union as alternatives: ``Union[Literal['csv', 'wandb'], list[Literal['csv',
     'wandb']], bool]`` -> ``{csv,wandb} | list[{csv,wandb}] | bool``."""
-    text = _LITERAL_TYPE.sub(lambda m: "{" + ",".join(re.findall(r"'([^']*)'", m.group(1))) + "}",
-                        text)
+    text = _LITERAL_TYPE.sub(
+        lambda choice: "{" + ",".join(re.findall(r"'([^']*)'", choice.group(1))) + "}", text)
     union = _UNION_TYPE.fullmatch(text)
     return " | ".join(top_level_items(union.group(1))) if union else text
 
 
 def top_level_items(text: str) -> list[str]:
     """The comma-separated items of text that are not inside brackets or braces."""
-    items, depth, start = [], 0, 0
+    items: list[str] = []
+    depth = start = 0
     for i, char in enumerate(text):
         depth += (char in "[{") - (char in "]}")
         if char == "," and depth == 0:
@@ -262,5 +263,4 @@ def restart_growth(scaler: Any, scale: float) -> None:
 
 __all__ = ["DISABLED_CLI_STEPS", "FedlightHelpFormatter", "LightningCLISteps", "ParserError",
            "empty_flower_run", "read_parser_error", "readable_type", "restart_growth",
-           "selectable_classes",
-           "set_task_identity", "stamp_message_id"]
+           "selectable_classes", "set_task_identity", "stamp_message_id"]
