@@ -17,7 +17,6 @@ shape and the class count are linked from the data module and never repeated in 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import warnings
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonargparse import ActionConfigFile
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -39,6 +39,12 @@ from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, 
 from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
+#: jsonargparse's deprecation notes on calls LightningCLI makes (the messages' first words
+#: after jsonargparse's line break): the call that is deprecated, and the note on how to see
+#: more such notes that jsonargparse issues before the first one.
+LIGHTNING_CLI_JSONARGPARSE_NOTES = (r"\s*``instantiate_classes`` was deprecated",
+                                    r"\s*By default only one JsonargparseDeprecationWarning")
+
 
 class FedlightCLI(LightningCLISteps):
     """LightningCLI with ``FederatedTrainer`` in the ``trainer`` slot.
@@ -49,17 +55,21 @@ class FedlightCLI(LightningCLISteps):
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
         self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
-        # What a user sees is fedlight's output: jsonargparse's deprecation notes are about
-        # LightningCLI's own calls (jsonargparse's documented switch turns them off), and
-        # fedlight passes args on purpose where LightningCLI warns against it.
-        os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            # What a user sees is fedlight's output, not notes on LightningCLI's own calls:
+            # fedlight passes args on purpose where LightningCLI warns against it, and
+            # LightningCLI calls jsonargparse's deprecated instantiate_classes.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter",
+                                    category=UserWarning, module="lightning.pytorch.cli")
+            for note in LIGHTNING_CLI_JSONARGPARSE_NOTES:
+                warnings.filterwarnings("ignore", message=note, category=DeprecationWarning,
+                                        module="lightning.pytorch.cli")
             super().__init__(
                 model_class=FederatedClient,
                 datamodule_class=FederatedDataModule,
                 trainer_class=FederatedTrainer,  # type: ignore[arg-type]
                 parser_class=FedlightParser,
+                parser_kwargs={command: {"command": command} for command in self.subcommands()},
                 subclass_mode_model=True,
                 save_config_callback=None,
                 auto_configure_optimizers=False,
@@ -73,6 +83,19 @@ class FedlightCLI(LightningCLISteps):
     def subcommands() -> dict[str, set[str]]:
         return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"},
                 "test": {"model", "datamodule"}}
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """The parser of ``fedlight <command>`` (kwargs["command"]; the top level without),
+        with -c / --config and a one-line usage; no ``# lightning.pytorch==`` header in what
+        it dumps (the run folder's config.yaml says which fedlight wrote it)."""
+        command = kwargs.pop("command", "")
+        if command:
+            kwargs.setdefault("usage", f"fedlight {command} [-h] [-c CONFIG] "
+                                       "[--print_config[=flags]] [options]")
+        parser = FedlightParser.of_command(command)(**kwargs)
+        parser.add_argument("-c", "--config", action=ActionConfigFile,
+                            help="Path to a configuration file in json or yaml format.")
+        return parser
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """No ``--seed_everything``: ``trainer.seed`` is the one seed of a run."""

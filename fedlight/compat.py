@@ -10,11 +10,15 @@ lightning, jsonargparse, flwr, wandb or torch.amp.
 
 from __future__ import annotations
 
+import inspect
+import pydoc
 import re
 import textwrap
+from argparse import Action
 from dataclasses import dataclass
 from typing import Any
 
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningCLI
 
 # ============================================================================ lightning
@@ -46,12 +50,14 @@ class LightningCLISteps(LightningCLI):
 # formats read here are those of jsonargparse 4.27-4.53: ``Parser key "<key>":`` followed
 # by an indented reason, Union errors listing each subtype's error as an indented ``- ``
 # bullet under ``Errors:``, ``Expected a <class 'T'>. Got value: V``,
-# ``Expected a typing.Literal[...]. Got value: V``, ``File does not exist: <path>``,
+# ``Expected a typing.Literal[...]. Got value: V`` (in a Union's bullet without the value,
+# which the Union error gives as ``Given value: V``), ``File does not exist: <path>``,
 # ``Expected a dot import path string: <name>`` and the unknown-option messages.
 
 _KEY = re.compile(r'\s*Parser key "([^"]+)":[ \t]*(.*)', re.S)
 _TYPE = re.compile(r"Expected a <class '([\w.]+)'>\. Got value: (.*)$", re.S)
-_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", re.S)
+_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*?)\](?:\. Got value: (.*))?$", re.S)
+_GIVEN = re.compile(r"^\s*Given value: (.*)$", re.M)
 _MISSING_FILE = re.compile(r"File does not exist: (.+)$")
 _CLASS_NAME = re.compile(r"Expected a dot import path string: (\S+)")
 _UNKNOWN_OPTION = (re.compile(r"does not accept option '([^']+)'"),
@@ -87,6 +93,7 @@ class ParserError:
 def read_parser_error(text: str) -> ParserError:
     """Read jsonargparse's message ``text`` into a :class:`ParserError`."""
     keys: list[str] = []
+    given = None
     text = text.strip()
     while True:
         key = _KEY.match(text)
@@ -97,12 +104,14 @@ def read_parser_error(text: str) -> ParserError:
         inner = _first_real_bullet(text)
         if inner is None or inner == text:
             break
+        given = _GIVEN.search(text) or given
         text = inner
     error = ParserError(keys, text.splitlines()[-1].strip() if text else text)
     typed, literal = _TYPE.search(text), _LITERAL.search(text)
     if literal:
         error.choices = [v.strip(" '\"") for v in literal.group(1).split(",")]
-        error.value = literal.group(2).strip()
+        value = literal.group(2) or (given.group(1) if given else None)
+        error.value = value.strip() if value is not None else None
     elif typed:
         error.expected, error.value = typed.group(1), typed.group(2).strip()
     missing = _MISSING_FILE.search(text)
@@ -145,6 +154,75 @@ def _first_real_bullet(text: str) -> str | None:
     return useful[0]
 
 
+# jsonargparse's help formatter: argparse documents no method of a help formatter (only the
+# class names are public). jsonargparse appends the classes a class-typed option accepts to
+# its help as ``, known subclasses: <class path>, ...)``, the declared base class included,
+# and writes types as ``Literal['a', 'b']`` and ``Union[X, Y]`` (jsonargparse 4.27-4.53).
+
+_KNOWN_SUBCLASSES = re.compile(r", known subclasses: ([^)]*)\)$")
+_LITERAL_TYPE = re.compile(r"Literal\[((?:'[^']*'(?:, )?)+)\]")
+_UNION_TYPE = re.compile(r"Union\[(.*)\]")
+
+
+class FedlightHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help with three changes: lines wrap between words only (a class path is
+    never cut), a class-typed option lists only the classes a user can pass (see
+    :func:`selectable_classes`), and types read as the metavars do (see
+    :func:`readable_type`)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False,
+                             break_on_hyphens=False)
+
+    def _get_type_str(self, action: Action) -> str | None:
+        text: str | None = super()._get_type_str(action)
+        return None if text is None else readable_type(text)
+
+    def _get_help_string(self, action: Action) -> str:
+        text: str = super()._get_help_string(action)
+        listed = _KNOWN_SUBCLASSES.search(text)
+        if listed is None:
+            return text
+        kept = selectable_classes([path.strip() for path in listed.group(1).split(",")])
+        return text[:listed.start()] + (f", known subclasses: {', '.join(kept)})" if kept else ")")
+
+
+def readable_type(text: str) -> str:
+    """jsonargparse's type text with the valid values of a choice in argparse's notation of
+    choices and a union as alternatives: ``Union[Literal['csv', 'wandb'], list[Literal['csv',
+    'wandb']], bool]`` -> ``{csv,wandb} | list[{csv,wandb}] | bool``."""
+    text = _LITERAL_TYPE.sub(
+        lambda choice: "{" + ",".join(re.findall(r"'([^']*)'", choice.group(1))) + "}", text)
+    union = _UNION_TYPE.fullmatch(text)
+    return " | ".join(top_level_items(union.group(1))) if union else text
+
+
+def top_level_items(text: str) -> list[str]:
+    """The comma-separated items of text that are not inside brackets or braces."""
+    items: list[str] = []
+    depth = start = 0
+    for i, char in enumerate(text):
+        depth += (char in "[{") - (char in "]}")
+        if char == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    return [*items, text[start:].strip()]
+
+
+def selectable_classes(class_paths: list[str]) -> list[str]:
+    """The class paths of ``class_paths`` without abstract classes and without the base class
+    every other listed class derives from (the option's declared type, e.g. FederatedClient
+    for --model), which are there to be subclassed, not passed."""
+    classes = {path: pydoc.locate(path) for path in class_paths}
+
+    def is_base(cls: type) -> bool:
+        return all(issubclass(other, cls) for other in classes.values()
+                   if isinstance(other, type) and other is not cls)
+
+    return [path for path, cls in classes.items()
+            if isinstance(cls, type) and not inspect.isabstract(cls) and not is_base(cls)]
+
+
 # ===================================================================== flwr
 
 
@@ -183,5 +261,6 @@ def restart_growth(scaler: Any, scale: float) -> None:
     scaler.load_state_dict(state)
 
 
-__all__ = ["DISABLED_CLI_STEPS", "LightningCLISteps", "ParserError", "empty_flower_run",
-           "read_parser_error", "restart_growth", "set_task_identity", "stamp_message_id"]
+__all__ = ["DISABLED_CLI_STEPS", "FedlightHelpFormatter", "LightningCLISteps", "ParserError",
+           "empty_flower_run", "read_parser_error", "readable_type", "restart_growth",
+           "selectable_classes", "set_task_identity", "stamp_message_id"]

@@ -6,7 +6,6 @@ the Flower apps and fedlight interpolate read configs with read_config.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,9 @@ def add_run_arguments(parser: LightningArgumentParser) -> None:
     in a YAML)."""
     parser.add_class_arguments(FederatedTrainer, "trainer", fail_untyped=False)
     parser.add_lightning_class_args(FederatedClient, "model", subclass_mode=True)
+    # titled by jsonargparse with the base class's docstring, which describes no option here
+    parser.groups["model"].title = ("The method: --model NAME (fedlight fit --model NAME "
+                                    "--help lists its own options)")
     parser.add_lightning_class_args(FederatedDataModule, "data")
     parser.link_arguments("data.num_classes", "model.init_args.num_classes",
                           apply_on="instantiate")
@@ -52,9 +54,7 @@ def run_parser() -> FedlightParser:
 
 def dump_config(parser: LightningArgumentParser, config: Any) -> str:
     """The resolved config as YAML (what a run folder's config.yaml holds)."""
-    with warnings.catch_warnings():  # skip_none is called skip_unset in jsonargparse 4.4x+
-        warnings.filterwarnings("ignore", message="(?s).*skip_none")
-        return parser.dump(config, skip_none=False)
+    return parser.dump(config, skip_unset=False)
 
 
 @dataclass
@@ -83,7 +83,7 @@ def read_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     parser = run_parser()
     config = parser.parse_args(["-c", str(path), *overrides])
     seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
-    built = parser.instantiate_classes(config)
+    built = parser.instantiate(config)
     trainer = built.trainer
     if not isinstance(trainer, FederatedTrainer):
         trainer = FederatedTrainer(**trainer)

@@ -8,6 +8,7 @@ Set the environment variable FEDLIGHT_DEBUG=1 to get the traceback instead.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Any, NoReturn
 import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
-from fedlight.compat import ParserError, read_parser_error
+from fedlight.compat import FedlightHelpFormatter, ParserError, read_parser_error
 
 DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
 
@@ -28,12 +29,36 @@ class UsageError(Exception):
 
 
 class FedlightParser(LightningArgumentParser):
-    """A parser named fedlight whose errors are raised (as UsageError) instead of printed
-    with the usage."""
+    """A parser named after its command (``fedlight fit``) whose errors are raised (as
+    UsageError) instead of printed with the usage, with a one-line usage and fedlight's help
+    formatter (see fedlight.compat.FedlightHelpFormatter)."""
+
+    #: The subcommand this parser reads (``fit``); "" for the top level. A class attribute,
+    #: since jsonargparse builds the parser of a class's --*.help as ``type(parser)(...)``.
+    command = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("prog", "fedlight")
+        kwargs.setdefault("prog", f"fedlight {self.command}".strip())
+        if self.command:
+            kwargs.setdefault("usage", f"fedlight {self.command} [options]")
+        kwargs.setdefault("formatter_class", FedlightHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    @staticmethod
+    @functools.cache
+    def of_command(command: str) -> type[FedlightParser]:
+        """The FedlightParser class of ``fedlight <command>``."""
+        return type(f"{command.title()}Parser", (FedlightParser,), {"command": command})
+
+    def add_method_arguments(self, class_type: Any, method_name: str, *args: Any,
+                             **kwargs: Any) -> list[str]:
+        """jsonargparse's add_method_arguments, with the group titled run options (rather
+        than with the first line of the method's docstring)."""
+        added: list[str] = super().add_method_arguments(class_type, method_name, *args,
+                                                        **kwargs)
+        if method_name in self.groups:
+            self.groups[method_name].title = "run options"
+        return added
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
         raise UsageError(message) from ex

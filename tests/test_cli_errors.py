@@ -3,11 +3,14 @@ traceback, a "did you mean" where a close name exists, and no run folder left be
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+import fedlight
 from fedlight.cli import TOOLS, FedlightCLI, main
+from fedlight.config import read_config
 
 ROOT = Path(__file__).resolve().parents[1] / "configs"
 DIRICHLET = str(ROOT / "fedavg/mnist5k_dirichlet.yaml")
@@ -42,6 +45,8 @@ CASES = {
                      ""),
     "not a choice": (["--trainer.weighting", "sample"], "trainer.weighting: got 'sample'; "
                      "valid: samples, uniform", "did you mean 'samples'?"),
+    "unknown logger": (["--trainer.logger", "wandbb"], "trainer.logger: got 'wandbb'; valid: "
+                       "csv, tensorboard, wandb", "did you mean 'wandb'?"),
 }
 
 
@@ -129,9 +134,10 @@ def test_help_lists_the_backbones_and_tools_name_their_command(capsys):
     assert capsys.readouterr().out.startswith("usage: fedlight interpolate ")
 
 
-def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_no_lightning_header(
+def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_fedlights_header(
         tmp_path, capsys, monkeypatch, recwarn):
-    monkeypatch.delenv("JSONARGPARSE_DEPRECATION_WARNINGS", raising=False)
+    # every jsonargparse deprecation note shown (not only the first of the process)
+    monkeypatch.setenv("JSONARGPARSE_DEPRECATION_WARNINGS", "all")
     monkeypatch.setattr("sys.argv", ["fedlight", "fit", "--trainer.rounds", "1"])
     main(["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp",
           "--data.source", "synthetic", "--data.num_clients", "2", "--data.synthetic_samples",
@@ -142,4 +148,50 @@ def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_no_lightnin
              if "jsonargparse" in w.filename or "lightning/pytorch/cli" in w.filename]
     assert notes == []
     assert "Deprecat" not in capsys.readouterr().err
-    assert not (tmp_path / "quiet" / "config.yaml").read_text().startswith("# lightning")
+    assert (tmp_path / "quiet" / "config.yaml").read_text().startswith(
+        f"# fedlight=={fedlight.__version__}\ntrainer:\n")
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_help_starts_with_a_one_line_usage_of_the_command(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert capsys.readouterr().out.startswith(
+        f"usage: fedlight {command} [-h] [-c CONFIG] [--print_config[=flags]] [options]\n\n")
+    with pytest.raises(SystemExit):
+        main([command, "--model", "GPFL", "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: fedlight {command} [options]\n\n")
+
+
+def test_fit_help_lists_logger_values_run_options_and_classes_a_user_can_pass(
+        capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")  # narrower than the longest class path
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert ("--trainer.logger LOGGER, --trainer.logger+ LOGGER csv (always on), plus "
+            "tensorboard and / or wandb: one name or a list, e.g. [tensorboard, wandb]. (type: "
+            "{csv,tensorboard,wandb} | list[{csv,tensorboard,wandb}] | bool, default: csv)"
+            ) in text
+    assert "\nrun options:\n  --ckpt_path" in out and "return its summary:" not in out
+    assert "\nThe method: --model NAME" in out and "Base class of every" not in out
+    listed = re.findall(r"fedlight(?:\.\w+)+", text.split("known subclasses: ", 1)[1])
+    assert "fedlight.clients.GPFL" in listed and "fedlight.federation.server.FedAdam" in listed
+    for base in ("fedlight.clients.FederatedClient", "fedlight.federation.probes.Probe",
+                 "fedlight.federation.server.ServerRule", "ServerOptimizer",
+                 "AdaptiveServerOptimizer", "GatheringRule"):
+        assert base not in text
+    whole_on_a_line = {name for line in out.splitlines()
+                       for name in re.findall(r"fedlight(?:\.\w+)+", line)}
+    assert set(listed) <= whole_on_a_line  # wrapped between names, never inside one
+
+
+@pytest.mark.parametrize("value, loggers", [
+    ("csv", ["csv"]), ("wandb", ["csv", "wandb"]), ("[tensorboard, wandb]",
+                                                     ["csv", "tensorboard", "wandb"]),
+    ("true", ["csv"]), ("false", ["csv"])])
+def test_every_form_of_trainer_logger_is_still_accepted(value, loggers, tmp_path):
+    config = read_config(DIRICHLET, ["--trainer.logger", value,
+                                     "--trainer.default_root_dir", str(tmp_path)])
+    assert config.trainer.loggers == loggers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +19,7 @@ from fedlight.compat import (
     DISABLED_CLI_STEPS,
     LightningCLISteps,
     read_parser_error,
+    readable_type,
     restart_growth,
 )
 from fedlight.errors import FedlightParser, UsageError
@@ -57,6 +59,38 @@ def test_jsonargparse_type_errors_read_as_key_expected_and_value():
 def test_jsonargparse_literal_errors_read_as_choices():
     error = read_parser_error(parser_error("--model.weighting", "sample"))
     assert (error.choices, error.value) == (["samples", "uniform"], "sample")
+
+
+def test_jsonargparse_union_errors_of_choices_read_as_choices_and_the_given_value():
+    class Loggers:
+        def __init__(self, logger: Literal["csv", "wandb"] | list[Literal["csv", "wandb"]] | bool
+                     = "csv") -> None:
+            pass
+
+    parser = FedlightParser(exit_on_error=False)
+    parser.add_class_arguments(Loggers, "trainer")
+    with pytest.raises(UsageError) as raised:
+        parser.parse_args(["--trainer.logger", "mlflow"])
+    error = read_parser_error(str(raised.value))
+    assert (error.keys, error.choices, error.value) == (
+        ["trainer.logger"], ["csv", "wandb"], "mlflow")
+
+
+def test_jsonargparse_help_writes_types_and_known_subclasses_as_compat_reads_them(capsys):
+    from fedlight.federation.server import ServerRule
+
+    for method in ("_split_lines", "_get_help_string", "_get_type_str"):
+        assert callable(getattr(jsonargparse.DefaultHelpFormatter, method, None)), method
+    parser = jsonargparse.ArgumentParser(prog="plain")
+    parser.add_class_arguments(Options, "model")
+    parser.add_argument("--rule", type=ServerRule | None)
+    parser.print_help()
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(type: Literal['samples', 'uniform'], default: samples)" in text
+    listed = re.search(r"known subclasses: ([^)]*)\)", text)
+    assert listed is not None and "fedlight.federation.server.FedAdam" in listed.group(1)
+    assert readable_type("Union[Literal['a', 'b'], list[Literal['a', 'b']], bool]") == (
+        "{a,b} | list[{a,b}] | bool")
 
 
 def test_jsonargparse_missing_config_files_are_named(tmp_path):

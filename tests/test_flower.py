@@ -4,9 +4,12 @@ ClientApp / ServerApp / Strategy, give the run fedlight fit gives."""
 import dataclasses
 import importlib
 import json
+import logging
+import logging.handlers
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import torch
 
 pytest.importorskip("flwr")
 
+import fedlight  # noqa: E402
 from fedlight.cli import FedlightCLI, main  # noqa: E402
 from fedlight.federation.protocol import TrainTask  # noqa: E402
 from fedlight.federation.server.mean import WeightedMean  # noqa: E402
@@ -23,7 +27,12 @@ from fedlight.flower.codec import decode_task, encode_task, unpack, unpack_score
 from fedlight.flower.inline import InlineGrid, run_inline  # noqa: E402
 from fedlight.flower.server import serve  # noqa: E402
 from fedlight.flower.settings import load_run  # noqa: E402
-from fedlight.flower.simulate import simulate  # noqa: E402
+from fedlight.flower.simulate import (  # noqa: E402
+    RAY_ACCELERATOR_NOTE,
+    RUN_SIMULATION_NOTE,
+    simulate,
+    without_engine_notes,
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = ["--data.num_clients", "20", "--trainer.rounds", "2", "--trainer.join_ratio", "0.1",
@@ -165,13 +174,39 @@ def test_fedavg_on_flowers_ray_engine_gives_the_global_state_of_fit(fedavg_fit, 
     _same_run(outcome, trainer)
 
 
-def test_fedlight_flower_command_writes_the_run_folder(tmp_path, capsys):
+def test_fedlight_flower_command_writes_the_run_folder(tmp_path, capsys, monkeypatch, recwarn):
+    monkeypatch.setenv("JSONARGPARSE_DEPRECATION_WARNINGS", "all")  # every note shown
     main(["flower", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), "--engine", "inline",
           *_tiny(tmp_path, "--data.num_clients", "4", "--trainer.rounds", "1")])
     folder = Path(capsys.readouterr().out.strip().splitlines()[-1].split(": ", 1)[1])
     assert {"metrics.csv", "summary.json", "config.yaml", "partition.json"} <= {
         p.name for p in folder.iterdir()}
     assert json.loads((folder / "summary.json").read_text())["num_clients"] == 4
+    assert (folder / "config.yaml").read_text().startswith(
+        f"# fedlight=={fedlight.__version__}\ntrainer:\n")
+    # the server's and every client's reading of the config: no jsonargparse notes
+    assert [str(w.message) for w in recwarn if issubclass(w.category, DeprecationWarning)] == []
+
+
+def test_flowers_and_rays_notes_on_their_own_apis_are_dropped_and_the_rest_kept(recwarn):
+    from flwr.common.logger import warn_deprecated_feature
+
+    recorder = logging.handlers.BufferingHandler(capacity=100)
+    flower_log = logging.getLogger("flwr")
+    flower_log.addHandler(recorder)
+    try:
+        with without_engine_notes():
+            warn_deprecated_feature(RUN_SIMULATION_NOTE + " and will be removed (Flower's text)")
+            warn_deprecated_feature("another Flower feature")
+            warnings.warn_explicit(RAY_ACCELERATOR_NOTE + " ...", FutureWarning, "worker.py", 1,
+                                   module="ray._private.worker")
+            warnings.warn("a note of fedlight's own", UserWarning, stacklevel=1)
+    finally:
+        flower_log.removeHandler(recorder)
+    records = [record.getMessage() for record in recorder.buffer]
+    assert len(records) == 1 and "another Flower feature" in records[0]
+    assert [str(w.message) for w in recwarn] == ["a note of fedlight's own"]
+    assert flower_log.filters == []
 
 
 def test_the_example_flower_app_names_fedlights_apps_and_a_runnable_config():

@@ -44,10 +44,24 @@ def test_report_rejects_a_folder_that_is_not_a_run(tmp_path):
         write_report([tmp_path], tmp_path / "out")
 
 
-def test_offline_wandb_run_holds_metrics_and_images(tmp_path, monkeypatch):
+def test_offline_wandb_run_holds_metrics_and_images(tmp_path, monkeypatch, capfd):
+    import wandb
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_SILENT", raising=False)  # W&B's own notes shown
+    settings: list[str] = []
+    start = wandb.init
+
+    def init(**kwargs):
+        settings.extend(kwargs)
+        return start(**kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
     path = run(tmp_path, FedAvg, 0, logger=["wandb", "tensorboard"])
+    # W&B's deprecated anonymous setting is not passed (W&B warns once per process about it)
+    assert settings and "anonymous" not in settings
+    assert "anonymous" not in capfd.readouterr().err
     offline = next((path / "wandb").glob("offline-run-*"))
     keys = (b"personalized_accuracy", b"global_accuracy", b"train_loss")
     # wandb's service process may still be writing the file when finish() returns on a

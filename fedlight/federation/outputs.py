@@ -9,9 +9,11 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-LOGGERS = ("csv", "tensorboard", "wandb")
+#: A run's loggers: csv is always on; tensorboard and wandb are added on request.
+LoggerName = Literal["csv", "tensorboard", "wandb"]
+LOGGERS: tuple[str, ...] = get_args(LoggerName)
 HEADLINE_COLUMNS = (
     "round", "global_accuracy", "personalized_accuracy", "personalized_accuracy_std",
     "train_loss", "seconds",
@@ -89,14 +91,17 @@ class RunFolder:
 
             offline = (os.environ.get("WANDB_MODE") == "offline"
                        or not os.environ.get("WANDB_API_KEY"))
-            # Offline, W&B's terminal lines (its run summary, a note on a setting Lightning
-            # passes) only repeat what fedlight prints; the run is in <run>/wandb/.
-            settings: dict[str, Any] = (
-                {"settings": wandb.Settings(silent=True)} if offline else {})
-            self.loggers.append(WandbLogger(
+            # Offline, W&B's terminal lines (its run summary) only repeat what fedlight
+            # prints; the run is in <run>/wandb/. The run is started here rather than by
+            # WandbLogger, which passes W&B's deprecated anonymous setting (a warning).
+            run = wandb.init(
                 project=self.wandb_project, name=self.path.name, group=self.group,
-                save_dir=str(self.path), offline=offline, **settings,
-            ))
+                dir=str(self.path), mode="offline" if offline else None,
+                settings=wandb.Settings(silent=True) if offline else None)
+            # WandbLogger.log_metrics records the round as trainer/global_step: the x-axis.
+            run.define_metric("trainer/global_step")
+            run.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+            self.loggers.append(WandbLogger(experiment=run, save_dir=str(self.path)))
         for logger in self.loggers:
             logger.log_hyperparams(dict(hyperparameters))
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from fedlight import __version__
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import BEST, LAST, load_checkpoint
@@ -36,7 +37,7 @@ from fedlight.federation.launch import (
 )
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format, check_memory_format, on_device
-from fedlight.federation.outputs import normalize_loggers
+from fedlight.federation.outputs import LoggerName, normalize_loggers
 from fedlight.federation.population import Population
 from fedlight.federation.precision import ClientGradScale, precision_hint
 from fedlight.federation.probes import Probe
@@ -90,7 +91,8 @@ class FederatedTrainer(RunCheckpoints):
         default_root_dir: runs are written to <default_root_dir>/<run name>/.
         run_name: the run folder's name; default <method>-<source>-<partition>-s<seed>
             (-v2, -v3... appended when that folder exists).
-        logger: csv (always on), plus tensorboard and / or wandb.
+        logger: csv (always on), plus tensorboard and / or wandb: one name or a list, e.g.
+            [tensorboard, wandb].
         wandb_project: W&B project (offline when no API key is set).
         wandb_group: W&B group of the run; default <method>-<source>-<partition> (fedlight
             sweep groups its runs under the sweep's name).
@@ -149,7 +151,7 @@ class FederatedTrainer(RunCheckpoints):
         share_class_counts: bool = True,
         default_root_dir: str = "runs",
         run_name: str | None = None,
-        logger: bool | str | list[str] = "csv",
+        logger: LoggerName | list[LoggerName] | bool = "csv",
         wandb_project: str = "fedlight",
         wandb_group: str | None = None,
         checkpoint_every: int = 10,
@@ -368,7 +370,10 @@ class FederatedTrainer(RunCheckpoints):
         self.totals = {"seconds": 0.0, "bytes_up": 0, "bytes_down": 0}
 
     def _write_header(self, folder: Any) -> None:
-        folder.write_text("config.yaml", self.run_config or to_yaml(self._hyperparameters()))
+        # The first line says which fedlight wrote the run (a YAML comment: the file still
+        # runs as fedlight fit -c <run>/config.yaml).
+        folder.write_text("config.yaml", f"# fedlight=={__version__}\n"
+                          + (self.run_config or to_yaml(self._hyperparameters())))
         self.datamodule.save_partition(folder.path)
         if self.verbose:
             print(self.datamodule.stats_table())

@@ -10,7 +10,11 @@ This is Flower's Python entry point (flwr.simulation.run_simulation); flwr run o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import tempfile
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from fedlight.flower.client import build_client_app
@@ -55,12 +59,41 @@ def simulate(config: str, overrides: str | list[str] | None = None,
         else:
             from flwr.simulation import run_simulation
 
-            run_simulation(server_app=server_app, client_app=client_app,
-                           num_supernodes=num_clients, backend_name="ray",
-                           backend_config=backend)
+            with without_engine_notes():
+                run_simulation(server_app=server_app, client_app=client_app,
+                               num_supernodes=num_clients, backend_name="ray",
+                               backend_config=backend)
     if not outcomes:
         raise RuntimeError("the Flower simulation ended without a result (see its log)")
     return outcomes[0]
+
+
+#: The start of Flower's note that run_simulation is deprecated in favour of flwr run: this
+#: module is the Python entry point that flwr run does not offer (flwr run runs the same
+#: apps, see examples/flower/).
+RUN_SIMULATION_NOTE = "The `run_simulation` function is deprecated"
+#: The start of Ray's FutureWarning on a default it will change (accelerator variables of
+#: tasks without GPUs), which concerns Ray's callers, not a fedlight user.
+RAY_ACCELERATOR_NOTE = "Tip: In future versions of Ray, Ray will no longer override"
+
+
+@contextlib.contextmanager
+def without_engine_notes() -> Iterator[None]:
+    """While Flower's simulation engine runs: without the two notes above, every other log
+    line and warning kept."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return RUN_SIMULATION_NOTE not in record.getMessage()
+
+    flower_log = logging.getLogger("flwr")
+    flower_log.addFilter(keep)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=RAY_ACCELERATOR_NOTE,
+                                    category=FutureWarning, module=r"ray\.")
+            yield
+    finally:
+        flower_log.removeFilter(keep)
 
 
 def main(argv: list[str]) -> None:
@@ -84,4 +117,4 @@ def main(argv: list[str]) -> None:
     print(f"run folder: {outcome.summary['run_dir']}")
 
 
-__all__ = ["ENGINES", "main", "simulate"]
+__all__ = ["ENGINES", "main", "simulate", "without_engine_notes"]

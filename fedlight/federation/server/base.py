@@ -24,6 +24,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,7 +82,7 @@ class SingleProcess:
         return dict(sorted(items.items()))
 
 
-class ServerRule:
+class ServerRule(ABC):
     """Base class of server rules. Subclasses implement add and end_round.
 
     A client class names its default rule in configure_server(); a config may replace it
@@ -107,16 +108,16 @@ class ServerRule:
         """Shared state and message sent to client_id. Default: the same for everyone."""
         return self.global_state, self.message
 
-    def begin_round(self, round_idx: int) -> None:
+    def begin_round(self, round_idx: int) -> None:  # noqa: B027 (optional: no-op default)
         """Reset the round's accumulators."""
 
+    @abstractmethod
     def add(self, report: Report) -> None:
         """Fold one client's report into the round's reduction."""
-        raise NotImplementedError
 
+    @abstractmethod
     def end_round(self, collectives: Collectives) -> None:
         """Complete the reduction across processes and set the next global state and message."""
-        raise NotImplementedError
 
     # ----------------------------------------------------------------- reporting
     def round_metrics(self, rounds_done: int) -> dict[str, float]:
@@ -154,7 +155,7 @@ class ServerRule:
         """The rule's own state between rounds (momentum, moments, control variates)."""
         return {}
 
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (optional)
         """Restore extra_state."""
 
     def to(self, device: torch.device) -> ServerRule:

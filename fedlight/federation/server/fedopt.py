@@ -26,6 +26,7 @@ exactly and a resumed run continues from the same moments.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import torch
@@ -56,9 +57,9 @@ class ServerOptimizer(WeightedMean):
             result[key] = (x.double() + self.step(key, delta)).to(x.dtype)
         return result
 
+    @abstractmethod
     def step(self, key: str, delta: Tensor) -> Tensor:
         """The change of tensor key given its pseudo-gradient (float64)."""
-        raise NotImplementedError
 
     def moment(self, key: str, name: str, initial: Tensor) -> Tensor:
         """The moment name of tensor key, created as initial on first use."""
@@ -111,9 +112,9 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         self.second_moment(v, delta.square())
         return self.lr * m / (v.sqrt() + self.tau)
 
+    @abstractmethod
     def second_moment(self, v: Tensor, squared: Tensor) -> None:
         """Update v in place from Delta^2."""
-        raise NotImplementedError
 
 
 class FedAdagrad(AdaptiveServerOptimizer):

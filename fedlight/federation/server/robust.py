@@ -20,6 +20,7 @@ where said; integer buffers take the same rule and are rounded back.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import torch
 from torch import Tensor
@@ -51,8 +52,9 @@ class GatheringRule(ServerRule):
         if reports:
             self.global_state = self.combine(reports)
 
+    @abstractmethod
     def combine(self, reports: list[Report]) -> State:
-        raise NotImplementedError
+        """The next global state from every report of the round (in client order)."""
 
 
 def _stacked(reports: list[Report], key: str) -> Tensor:
