@@ -4,7 +4,7 @@ in it, and that it changes results only to float tolerance."""
 import pytest
 import torch
 
-from fedlight.clients import FedAvg, GPFL
+from fedlight.clients import GPFL, FedAvg
 from fedlight.data.datamodule import iterate_batches
 from fedlight.federation import FederatedTrainer
 from fedlight.federation.memory_format import resolve_memory_format
