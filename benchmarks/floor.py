@@ -116,15 +116,17 @@ def tf32() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = before[1]
 
 
-def settings(device: torch.device, image: bool) -> Iterator[tuple[str, bool, Callable]]:
-    """(name, channels_last, autocast factory) of each setting worth trying on `device`."""
+def settings(device: torch.device, image: bool, emulated_bf16: bool = False
+             ) -> Iterator[tuple[str, bool, Callable]]:
+    """(name, channels_last, autocast factory) of each setting worth trying on `device`
+    (bf16 also where it is emulated, with `emulated_bf16`)."""
     plain = nullcontext
     yield "fp32", False, plain
     if image:
         yield "fp32 channels_last", True, plain
     if device.type == "cuda":  # TensorFloat-32 matrix products: fp32 storage, 10-bit mantissa
         yield "tf32", False, tf32
-    if native_bf16(device):
+    if native_bf16(device) or emulated_bf16:
         def bf16() -> object:
             return torch.autocast(device.type, dtype=torch.bfloat16)
         yield "bf16 autocast", False, bf16
@@ -132,11 +134,12 @@ def settings(device: torch.device, image: bool) -> Iterator[tuple[str, bool, Cal
             yield "bf16 autocast channels_last", True, bf16
 
 
-def best_throughput(name: str, shape: tuple[int, ...], classes: int, batch: int, steps: int,
-                    device: torch.device, flops: float) -> Throughput:
-    """The fastest setting's samples/s and FLOP/s for a training step at `batch`."""
-    best = Throughput("none", 0.0, 0.0)
-    for setting, channels_last, autocast in settings(device, len(shape) == 3):
+def throughputs(name: str, shape: tuple[int, ...], classes: int, batch: int, steps: int,
+                device: torch.device, flops: float, emulated_bf16: bool = False
+                ) -> list[Throughput]:
+    """Each setting's samples/s and FLOP/s for a training step at `batch`."""
+    measured = []
+    for setting, channels_last, autocast in settings(device, len(shape) == 3, emulated_bf16):
         torch.manual_seed(0)
         model = build_backbone(name, shape, classes).to(device)
         x = torch.randn(batch, *shape, device=device)
@@ -153,9 +156,8 @@ def best_throughput(name: str, shape: tuple[int, ...], classes: int, batch: int,
             training_step(model, optimizer, x, y, autocast)
         synchronize(device)
         rate = steps * batch / (time.perf_counter() - started)
-        if rate > best.samples_per_second:
-            best = Throughput(setting, rate, rate * flops)
-    return best
+        measured.append(Throughput(setting, rate, rate * flops))
+    return measured
 
 
 @contextmanager
@@ -196,6 +198,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--round-samples", type=int, default=ROUND_SAMPLES)
     parser.add_argument("--fedlight-rounds", type=int, default=0)
+    parser.add_argument("--every-setting", action="store_true",
+                        help="print every setting's row (bf16 too where it is emulated), "
+                             "not only the best")
     args = parser.parse_args()
     device = torch.device(args.device)
     gpu = f"{torch.cuda.get_device_name(device)}, " if device.type == "cuda" else ""
@@ -213,11 +218,15 @@ def main() -> None:
             continue
         with quiet():
             flops = flops_per_sample(name, shape, classes, min(args.batch, 32))
-            best = best_throughput(name, shape, classes, args.batch, args.steps, device, flops)
+            measured = throughputs(name, shape, classes, args.batch, args.steps, device, flops,
+                                   args.every_setting)
+        best = max(measured, key=lambda t: t.samples_per_second)
         floors[(name, shape)] = args.round_samples / best.samples_per_second
-        print(f"{name:12s} {'x'.join(map(str, shape)):12s} {where:34s} {flops / 1e6:12.2f} "
-              f"{best.setting:28s} {best.samples_per_second:10.0f} "
-              f"{best.flops_per_second / 1e9:8.1f} {floors[(name, shape)]:13.2f}", flush=True)
+        for row in measured if args.every_setting else [best]:
+            print(f"{name:12s} {'x'.join(map(str, shape)):12s} {where:34s} {flops / 1e6:12.2f} "
+                  f"{row.setting:28s} {row.samples_per_second:10.0f} "
+                  f"{row.flops_per_second / 1e9:8.1f} "
+                  f"{args.round_samples / row.samples_per_second:13.2f}", flush=True)
     if args.fedlight_rounds:
         seconds = fedlight_round_seconds(args.fedlight_rounds, args.device, args.round_samples)
         floor = floors.get(("cnn", (3, 32, 32)))

