@@ -62,6 +62,10 @@ from fedlight.data import FederatedDataModule, iterate_batches  # noqa: E402
 from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
 from fedlight.federation.aggregate import WeightedSum  # noqa: E402
 from fedlight.federation.local import parse_optimizers  # noqa: E402
+from fedlight.federation.memory_format import (  # noqa: E402
+    in_memory_format,
+    resolve_memory_format,
+)
 from tests.text_fixtures import write_agnews, write_shakespeare  # noqa: E402
 
 BATCH = 10
@@ -115,6 +119,14 @@ def make_client(name: str, data: FederatedDataModule):
                          input_shape=data.input_shape, vocab_size=data.vocab_size, lr=LR)
 
 
+def same_layout(model: torch.nn.Module) -> torch.memory_format:
+    """Put ``model`` in the memory format fedlight's ``memory_format: auto`` gives it on the CPU
+    and return it: the raw loops use it too, so they compare like with like."""
+    memory_format = resolve_memory_format("auto", model, torch.device("cpu"))
+    model.to(memory_format=memory_format)
+    return memory_format
+
+
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = time.perf_counter  # set from --clock
 
@@ -149,8 +161,10 @@ def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[flo
 
 def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
     model = make_client("FedAvg", data).model
+    memory_format = same_layout(model)
     global_state = copy.deepcopy(model.state_dict())
-    clients = [data.client_train(i) for i in range(data.num_clients)]
+    clients = [(in_memory_format(x, memory_format), y)
+               for x, y in (data.client_train(i) for i in range(data.num_clients))]
     times = []
     for round_idx in range(rounds):
         started = clock()
@@ -203,11 +217,12 @@ def compute_time(data: FederatedDataModule, name: str = "FedAvg") -> tuple[float
     optimizer on the live module, no client switching; the first local phase only) and the
     round's samples: the method's own compute."""
     client = make_client(name, data)
+    memory_format = same_layout(client)
     client.capture_logs(True)
     client.phase = client.local_phases(1)[0].name
     optimizer, _ = parse_optimizers(client.configure_optimizers())
-    batches = [b for i in range(data.num_clients)
-               for b in iterate_batches(*data.client_train(i), BATCH, torch.Generator())]
+    batches = [(in_memory_format(x, memory_format), y) for i in range(data.num_clients)
+               for x, y in iterate_batches(*data.client_train(i), BATCH, torch.Generator())]
     started = clock()
     for index, batch in enumerate(batches):
         output = client.training_step(batch, index)
@@ -223,8 +238,10 @@ def compute_time(data: FederatedDataModule, name: str = "FedAvg") -> tuple[float
 def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, float]:
     """(seconds, FLOP/s): training FLOPs of one round / measured throughput at batch 256."""
     model = make_client("FedAvg", data).model
+    memory_format = same_layout(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    x = data.client_train(0)[0][:1].expand(256, *data.input_shape).clone()  # real ids / values
+    x = in_memory_format(data.client_train(0)[0][:1].expand(256, *data.input_shape).clone(),
+                         memory_format)  # real ids / values
     y = torch.randint(0, data.num_classes, (256,))
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(x), y).backward()
