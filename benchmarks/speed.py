@@ -63,8 +63,8 @@ from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
 from fedlight.federation.aggregate import WeightedSum  # noqa: E402
 from fedlight.federation.local import parse_optimizers  # noqa: E402
 from fedlight.federation.memory_format import (  # noqa: E402
+    apply_memory_format,
     in_memory_format,
-    resolve_memory_format,
 )
 from tests.text_fixtures import write_agnews, write_shakespeare  # noqa: E402
 
@@ -119,14 +119,6 @@ def make_client(name: str, data: FederatedDataModule):
                          input_shape=data.input_shape, vocab_size=data.vocab_size, lr=LR)
 
 
-def same_layout(model: torch.nn.Module) -> torch.memory_format:
-    """Put ``model`` in the memory format fedlight's ``memory_format: auto`` gives it on the CPU
-    and return it: the raw loops use it too, so they compare like with like."""
-    memory_format = resolve_memory_format("auto", model, torch.device("cpu"))
-    model.to(memory_format=memory_format)
-    return memory_format
-
-
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = time.perf_counter  # set from --clock
 
@@ -161,7 +153,7 @@ def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[flo
 
 def time_raw_loop(data: FederatedDataModule, rounds: int) -> list[float]:
     model = make_client("FedAvg", data).model
-    memory_format = same_layout(model)
+    memory_format = apply_memory_format(model, "auto", torch.device("cpu"))  # as fedlight
     global_state = copy.deepcopy(model.state_dict())
     clients = [(in_memory_format(x, memory_format), y)
                for x, y in (data.client_train(i) for i in range(data.num_clients))]
@@ -217,7 +209,7 @@ def compute_time(data: FederatedDataModule, name: str = "FedAvg") -> tuple[float
     optimizer on the live module, no client switching; the first local phase only) and the
     round's samples: the method's own compute."""
     client = make_client(name, data)
-    memory_format = same_layout(client)
+    memory_format = apply_memory_format(client, "auto", torch.device("cpu"))  # as fedlight
     client.capture_logs(True)
     client.phase = client.local_phases(1)[0].name
     optimizer, _ = parse_optimizers(client.configure_optimizers())
@@ -238,7 +230,7 @@ def compute_time(data: FederatedDataModule, name: str = "FedAvg") -> tuple[float
 def analytic_floor(data: FederatedDataModule, samples: int) -> tuple[float, float]:
     """(seconds, FLOP/s): training FLOPs of one round / measured throughput at batch 256."""
     model = make_client("FedAvg", data).model
-    memory_format = same_layout(model)
+    memory_format = apply_memory_format(model, "auto", torch.device("cpu"))  # as fedlight
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     x = in_memory_format(data.client_train(0)[0][:1].expand(256, *data.input_shape).clone(),
                          memory_format)  # real ids / values

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -29,7 +29,29 @@ class RunInterrupted(KeyboardInterrupt):
         return type(self), (self.rounds_done,), self.__dict__
 
 
-class StopSignals:
+class SignalScope:
+    """Context manager handling SIGINT / SIGTERM with :meth:`handle` while it is entered, in the
+    main thread (elsewhere, and outside it, signals keep their usual meaning); the previous
+    handlers (``self.previous``) come back on exit."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Self:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        raise NotImplementedError
+
+
+class StopSignals(SignalScope):
     """Context manager turning the first SIGINT / SIGTERM into ``requested = True``.
 
     Args:
@@ -37,21 +59,11 @@ class StopSignals:
     """
 
     def __init__(self, announce: bool = True) -> None:
+        super().__init__()
         self.announce = announce
         self.requested = False
-        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        self._previous = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
@@ -61,4 +73,4 @@ class StopSignals:
                   flush=True)
 
 
-__all__ = ["RunInterrupted", "StopSignals"]
+__all__ = ["RunInterrupted", "SignalScope", "StopSignals"]

@@ -13,7 +13,6 @@ import pickle
 import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.strategies.ddp import DDPStrategy
 from torch import nn
 
-from fedlight.federation.interrupt import SIGNALS
+from fedlight.federation.interrupt import SignalScope
 from fedlight.federation.server.base import move as _move
 from fedlight.federation.store import STORAGES
 
@@ -264,25 +263,15 @@ def _quiet_process_group_setup() -> Iterator[None]:
             logger.setLevel(level)
 
 
-class ForwardSignals:
+class ForwardSignals(SignalScope):
     """While the ranks of a spawn / fork launch run, pass each SIGINT / SIGTERM the calling
     process receives on to them (they run in their own process groups, see :func:`launch`).
     Before any rank has started, a signal keeps its usual meaning."""
 
-    def __enter__(self) -> ForwardSignals:
-        self._previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._forward) for s in SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-
-    def _forward(self, signum: int, frame: FrameType | None) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         ranks = multiprocessing.active_children()
         if not ranks:
-            previous = self._previous[signum]
+            previous = self.previous[signum]
             if callable(previous):
                 previous(signum, frame)
             elif previous != signal.SIG_IGN:

@@ -30,7 +30,7 @@ from flwr.clientapp import ClientApp
 from fedlight.config import RunConfig
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.local import LocalLoop
-from fedlight.federation.memory_format import apply_memory_format, resolve_memory_format
+from fedlight.federation.memory_format import apply_memory_format
 from fedlight.federation.population import Population
 from fedlight.federation.precision import ClientGradScale
 from fedlight.federation.protocol import ClientResult, OwnedClients, TrainTask, private_scores
@@ -49,20 +49,21 @@ DEFAULT_STATE_DIR = "~/.fedlight/flower"
 _ROUND_FILE = re.compile(r"round-(\d+)\.pt")
 
 _NODES: dict[tuple[Any, ...], ClientNode] = {}  # the nodes this process serves
-_PREPARED: dict[int, dict[str, torch.Tensor]] = {}  # id(run) -> initial private state
+# id(run) -> the model's initial private state and the memory format of its image batches
+_PREPARED: dict[int, tuple[dict[str, torch.Tensor], torch.memory_format]] = {}
 
 
-def prepared(run: RunConfig) -> dict[str, torch.Tensor]:
+def prepared(run: RunConfig) -> tuple[dict[str, torch.Tensor], torch.memory_format]:
     """Prepare run's model and data as fit does before round 1 (once per process); returns the
-    model's initial private state."""
+    model's initial private state and the memory format its image batches must have."""
     if id(run) not in _PREPARED:
         model, trainer = run.model, run.trainer
         prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads,
                     trainer.fabric.device)
         trainer.fabric.setup_module(model)
-        apply_memory_format(model, trainer.memory_format, trainer.fabric.device)
+        memory_format = apply_memory_format(model, trainer.memory_format, trainer.fabric.device)
         model.capture_logs(True)
-        _PREPARED[id(run)] = model.client_state()
+        _PREPARED[id(run)] = model.client_state(), memory_format
     return _PREPARED[id(run)]
 
 
@@ -80,15 +81,14 @@ class ClientNode:
         if not 0 <= client_id < num_clients:
             raise ValueError(f"client id {client_id} is outside 0..{num_clients - 1} (the "
                              "config's data.num_clients)")
-        initial_private = prepared(run)
+        initial_private, memory_format = prepared(run)
         trainer = run.trainer
         self.run, self.client_id = run, client_id
         self.folder = Path(folder).expanduser()
         dist = OwnedClients(trainer.fabric, [client_id])
         self.population = Population(
             run.datamodule, dist, initial_private, "memory", self.folder, trainer.rounds,
-            trainer.join_ratio, trainer.batch_size,
-            resolve_memory_format(trainer.memory_format, run.model, trainer.fabric.device))
+            trainer.join_ratio, trainer.batch_size, memory_format)
         self.loop = LocalLoop(trainer.fabric, trainer.batch_size, **trainer.local_options)
         self.evaluator = Evaluator(trainer.fabric, dist, self.population, self.loop, (),
                                    trainer.eval_batch_size, trainer.seed)
