@@ -178,8 +178,9 @@ def run_one(make: Callable[[], FederatedClient], seed: int, rounds: int, threads
     client = make()
     scores = PerClientScores()
     trainer = FederatedTrainer(rounds=rounds, batch_size=64, seed=seed, accelerator="cpu",
-                               default_root_dir=str(root), progress_bar=False, logger="csv",
-                               checkpoint_every=rounds, threads=threads, probes=[scores])
+                               devices=1, default_root_dir=str(root), progress_bar=False,
+                               logger="csv", checkpoint_every=rounds, threads=threads,
+                               probes=[scores])
     _quiet(trainer.fit, client, data)
     return Run(scores.per_round, analyse(trainer))
 

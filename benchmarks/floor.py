@@ -182,7 +182,7 @@ def fedlight_round_seconds(rounds: int, device: str, samples: int) -> float:
     client = FedAvg(backbone="cnn", num_classes=10, input_shape=(3, 32, 32), lr=0.005)
     with tempfile.TemporaryDirectory() as root, quiet():
         trainer = FederatedTrainer(rounds=rounds, batch_size=10, eval_every=rounds,
-                                   checkpoint_every=rounds, accelerator=device,
+                                   checkpoint_every=rounds, accelerator=device, devices=1,
                                    default_root_dir=root, progress_bar=False, verbose=False)
         trainer.fit(client, data)
     timed = trainer.round_seconds[1:] or trainer.round_seconds

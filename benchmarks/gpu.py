@@ -71,7 +71,7 @@ def train(method: str, data: FederatedDataModule, rounds: int, precision: str = 
     if client_hook:
         client_hook(client)
     with tempfile.TemporaryDirectory() as root, quiet():
-        trainer = FederatedTrainer(rounds=rounds, batch_size=10, accelerator="cuda",
+        trainer = FederatedTrainer(rounds=rounds, batch_size=10, accelerator="cuda", devices=1,
                                    precision=precision, default_root_dir=root,
                                    checkpoint_every=rounds, progress_bar=False, verbose=False)
         trainer.fit(client, data)

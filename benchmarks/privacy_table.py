@@ -67,7 +67,7 @@ def train(method: str, seed: int, rounds: int, root: str) -> FederatedTrainer:
     torch.manual_seed(seed)
     client = CLIENTS[method](backbone="cnn", num_classes=10, input_shape=(1, 28, 28), lr=0.005)
     trainer = FederatedTrainer(rounds=rounds, batch_size=10, seed=seed, accelerator="cpu",
-                               default_root_dir=root, progress_bar=False, threads=1,
+                               devices=1, default_root_dir=root, progress_bar=False, threads=1,
                                checkpoint_every=max(rounds, 1))
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.fit(client, make_data())

@@ -64,8 +64,8 @@ def make_client(seed: int = 0) -> FedPer:
 
 
 def trainer(root: str, **kwargs: Any) -> FederatedTrainer:
-    options: dict[str, Any] = dict(batch_size=10, accelerator="cpu", default_root_dir=root,
-                                   progress_bar=False, logger="csv")
+    options: dict[str, Any] = dict(batch_size=10, accelerator="cpu", devices=1,
+                                   default_root_dir=root, progress_bar=False, logger="csv")
     options.update(kwargs)
     return FederatedTrainer(**options)
 

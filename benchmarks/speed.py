@@ -143,8 +143,8 @@ class ClockedTrainer(FederatedTrainer):
 def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[float]:
     with tempfile.TemporaryDirectory() as root:
         trainer = ClockedTrainer(rounds=rounds, batch_size=BATCH, eval_every=10**6,
-                                 accelerator="cpu", default_root_dir=root, progress_bar=False,
-                                 checkpoint_every=10**6, verbose=False,
+                                 accelerator="cpu", devices=1, default_root_dir=root,
+                                 progress_bar=False, checkpoint_every=10**6, verbose=False,
                                  threads=torch.get_num_threads())
         # Evaluation and the checkpoint run after the last round, outside the timed rounds.
         trainer.fit(make_client(name, data), data)

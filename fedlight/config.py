@@ -74,14 +74,19 @@ class RunConfig:
         return type(self.model).__name__
 
 
-def read_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
-    """Build the run of fedlight fit -c path [overrides].
+def read_config(path: str | Path, overrides: Sequence[str] = (),
+                one_process: bool = False) -> RunConfig:
+    """Build the run of fedlight fit -c path [overrides]; ``one_process`` reads
+    ``trainer.devices: auto`` as 1 (a Flower app is one process; an explicit count is kept,
+    for the Flower engine to refuse).
 
     Raises:
         fedlight.errors.UsageError: the config or an override is not valid (one line).
     """
     parser = run_parser()
     config = parser.parse_args(["-c", str(path), *overrides])
+    if one_process and config.trainer.devices == "auto":
+        config.trainer.devices = 1
     seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
     built = parser.instantiate(config)
     trainer = built.trainer

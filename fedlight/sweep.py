@@ -187,8 +187,9 @@ def read_sweep(spec: Mapping[str, Any], folder: Path, name: str) -> Sweep:
         if not base.is_file():
             raise SweepError(f"base config {str(base)!r} does not exist")
         base_arguments = ["-c", str(base)]
-    # one torch thread per run (--jobs runs side by side); overrides may change it
-    base_arguments += ["--trainer.threads=1"]
+    # one process with one torch thread per run (--jobs runs side by side); overrides may
+    # change either
+    base_arguments += ["--trainer.threads=1", "--trainer.devices=1"]
     base_arguments += as_arguments(list(flatten(_mapping(spec.get("overrides"), "overrides"))))
 
     methods = spec.get("methods")

@@ -12,7 +12,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)  # tiny models: one thread is faster and steadier
 
 from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
+from fedlight.federation import FederatedTrainer, launch  # noqa: E402
 
 
 def tiny_data(num_clients: int = 4, partition: str = "iid", **kwargs) -> FederatedDataModule:
@@ -36,6 +36,14 @@ def make_client(cls, **kwargs):
     torch.manual_seed(0)
     return cls(**{"backbone": "mlp", "num_classes": 4, "input_shape": (1, 8, 8), "lr": 0.1,
                   **kwargs})
+
+
+@pytest.fixture(autouse=True)
+def _machine_busy(monkeypatch):
+    """Every core reads as busy, so ``devices: auto`` (the default) is one process in tests:
+    xdist's workers share the machine, and a test that wants processes asks for them. Tests of
+    the idle-core rule replace ``busy_cores`` themselves."""
+    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: float(launch.cpu_cores()))
 
 
 @pytest.fixture

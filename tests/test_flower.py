@@ -19,6 +19,8 @@ pytest.importorskip("flwr")
 
 import fedlight  # noqa: E402
 from fedlight.cli import FedlightCLI, main  # noqa: E402
+from fedlight.config import read_config  # noqa: E402
+from fedlight.federation import launch  # noqa: E402
 from fedlight.federation.protocol import TrainTask  # noqa: E402
 from fedlight.federation.server.mean import WeightedMean  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
@@ -157,6 +159,20 @@ def test_probes_are_refused_under_flower(tmp_path):
     with pytest.raises(ValueError, match="probes are not supported under Flower"):
         _flower("fedavg/mnist5k_dirichlet.yaml",
                 _tiny(tmp_path, "--trainer.probes+=DLGProbe"), tmp_path / "state")
+
+
+def test_a_flower_app_reads_devices_auto_as_one_process_and_keeps_a_count(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: 0.0)  # both cores idle
+    config = str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml")
+    assert read_config(config, _tiny(tmp_path)).trainer.fabric.world_size == 2  # fedlight fit
+    load_run.cache_clear()
+    assert load_run(config, tuple(_tiny(tmp_path))).trainer.fabric.world_size == 1
+    load_run.cache_clear()
+    two = load_run(config, tuple(_tiny(tmp_path, "--trainer.devices", "2")))
+    assert two.trainer.fabric.world_size == 2  # the engine refuses it (test below)
+    load_run.cache_clear()
 
 
 def test_a_client_id_outside_the_federation_is_rejected(tmp_path):

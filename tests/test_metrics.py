@@ -9,7 +9,13 @@ from sklearn.metrics import f1_score, roc_auc_score
 from sklearn.preprocessing import label_binarize
 
 from fedlight.clients import FedAvg
-from fedlight.federation.evaluation import score_outputs, summarize_clients
+from fedlight.federation.evaluation import (
+    batch_count,
+    batch_outputs,
+    score_batches,
+    score_outputs,
+    summarize_clients,
+)
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 
@@ -59,3 +65,25 @@ def test_a_run_whose_test_splits_end_in_a_one_sample_batch_scores_every_sample(t
     totals = {i: s["personalized"].total for i, s in trainer.last_client_scores.items()}
     assert totals == {i: len(data.client_test(i)[1]) for i in range(data.num_clients)}
     assert set(totals.values()) == {15}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_batches_shared_across_processes_and_gathered_score_as_one_process(world_size):
+    """The global model's evaluation: each rank computes every world_size-th batch
+    (Distributed.share), the ranks' outputs are merged by batch number, and the score is the
+    one-process score exactly; a missing share changes it."""
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(45, 4, generator=generator)  # 6 batches of 8, the last of 5
+    y = torch.randint(0, 4, (45,), generator=generator)
+    count = batch_count(len(y), 8)
+    assert count == 6
+    shares = [range(rank, count, world_size) for rank in range(world_size)]
+    merged: dict = {}
+    for share in shares:
+        merged.update(batch_outputs(lambda x: {"global": x * 2}, logits, 8, share))
+    one = score_outputs(lambda x: {"global": x * 2}, logits, y, 8)["global"]
+    shared = score_batches(dict(sorted(merged.items())), y, 8)["global"]
+    assert (shared.correct, shared.loss_sum, shared.class_counts, shared.auc) == (
+        one.correct, one.loss_sum, one.class_counts, one.auc)
+    with pytest.raises(KeyError):
+        score_batches(batch_outputs(lambda x: {"global": x}, logits, 8, shares[0]), y, 8)

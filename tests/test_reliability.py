@@ -26,6 +26,7 @@ TINY = {
              "synthetic_samples": 240, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
              "min_client_size": 5},
     "trainer": {"rounds": 12, "batch_size": 16, "accelerator": "cpu", "checkpoint_every": 100,
+                "devices": 1,
                 "logger": "csv", "seed": 0, "progress_bar": False},
 }
 

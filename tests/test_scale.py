@@ -160,16 +160,20 @@ def test_the_multi_process_strategy_never_wraps_the_module_in_ddp():
     assert not isinstance(make_fabric("cpu", 1, 1, "32-true").strategy, FederatedDDPStrategy)
 
 
-@pytest.mark.parametrize("cores, strategy, platform, expected", [
-    (3, "auto", "linux", (3, "ddp_fork")),      # one forked process per core
-    (3, "ddp_spawn", "linux", (3, "ddp_spawn")),  # an explicit launcher is kept
-    (1, "auto", "linux", (1, "auto")),          # one core: one process, no process group
-    (3, "auto", "darwin", (1, "auto")),         # no fork outside Linux: one process
-    (3, "ddp_spawn", "darwin", (3, "ddp_spawn")),
+@pytest.mark.parametrize("cores, busy, strategy, platform, expected", [
+    (3, 0.0, "auto", "linux", (3, "ddp_fork")),      # one forked process per idle core
+    (3, 1.2, "auto", "linux", (2, "ddp_fork")),      # a busy core is left to its program
+    (3, 2.7, "auto", "linux", (1, "auto")),          # one idle core: one process
+    (3, 3.0, "auto", "linux", (1, "auto")),          # none idle: still one process
+    (3, 0.0, "ddp_spawn", "linux", (3, "ddp_spawn")),  # an explicit launcher is kept
+    (1, 0.0, "auto", "linux", (1, "auto")),          # one core: one process, no process group
+    (3, 0.0, "auto", "darwin", (1, "auto")),         # no fork outside Linux: one process
+    (3, 0.0, "ddp_spawn", "darwin", (3, "ddp_spawn")),
 ])
-def test_devices_auto_on_cpu_is_one_process_per_core(monkeypatch, cores, strategy, platform,
-                                                     expected):
+def test_devices_auto_on_cpu_is_one_process_per_idle_core(monkeypatch, cores, busy, strategy,
+                                                          platform, expected):
     monkeypatch.setattr(launch_module, "cpu_cores", lambda: cores)
+    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: busy)
     monkeypatch.setattr(launch_module.sys, "platform", platform)
     assert resolve_auto_devices("cpu", strategy) == expected
     fabric = make_fabric("cpu", "auto", 1, "32-true", strategy)
@@ -177,11 +181,20 @@ def test_devices_auto_on_cpu_is_one_process_per_core(monkeypatch, cores, strateg
     assert isinstance(fabric.strategy, FederatedDDPStrategy) == (expected[0] > 1)
 
 
+def test_the_default_is_devices_auto_and_uses_the_idle_cores(monkeypatch, tmp_path):
+    monkeypatch.setattr(launch_module, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: 0.1)
+    trainer = tiny_trainer(tmp_path)
+    assert trainer.devices == "auto" and trainer.fabric.world_size == 2
+    assert tiny_trainer(tmp_path, devices=1).fabric.world_size == 1
+
+
 def test_devices_auto_run_equals_one_process(tmp_path, monkeypatch):
     monkeypatch.setattr(launch_module, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: 0.0)
     auto = tiny_trainer(tmp_path, rounds=2, run_name="auto", threads=1, devices="auto")
     assert auto.fabric.world_size == 2
-    one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1)
+    one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1, devices=1)
     assert rows(auto.fit(make_client(), tiny_data())) == rows(one.fit(make_client(), tiny_data()))
 
 

@@ -65,6 +65,7 @@ def test_cells_resolve_like_fit_and_key_by_what_they_compute(tmp_path):
     assert fedavg["model"]["class_path"].endswith("FedAvg")
     assert fedavg["model"]["init_args"]["lr"] == 0.1 and "lamda" not in fedavg["model"]["init_args"]
     assert fedavg["trainer"]["threads"] == 1 and fedavg["trainer"]["wandb_group"] == "sweep"
+    assert fedavg["trainer"]["devices"] == 1  # --jobs runs side by side, one process each
     assert len({p.name for p in planned}) == 4
     again = plan(load_sweep(path, options(set=["trainer.verbose=true"])), tmp_path / "out")
     assert [p.name for p in again] == [p.name for p in planned]  # output options: same key

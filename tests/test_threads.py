@@ -10,6 +10,7 @@ from fedlight.clients import CLIENTS, FedAvg
 from fedlight.federation import launch
 from fedlight.federation import precision as precision_module
 from fedlight.federation.launch import apply_threads, check_threads
+from fedlight.federation.launch import busy_cores as measured_busy_cores  # conftest fakes it
 
 
 @pytest.fixture(autouse=True)
@@ -48,32 +49,75 @@ def test_bad_threads_raise_naming_the_value(tmp_path, bad):
         check_threads(bad)
 
 
-@pytest.mark.parametrize("cores, load, expected", [
+@pytest.mark.parametrize("cores, busy, expected", [
     (2, 0.1, 2), (2, 0.9, 1), (2, 1.6, 0), (8, 2.2, 6), (4, 9.0, 0)])
-def test_idle_cores_follow_the_load_average(monkeypatch, cores, load, expected):
+def test_idle_cores_are_the_cores_not_busy_now(monkeypatch, cores, busy, expected):
     monkeypatch.setattr(launch, "cpu_cores", lambda: cores)
-    monkeypatch.setattr(launch.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: busy)
+    monkeypatch.setattr(launch.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # not read
     assert launch.idle_cores() == expected
 
 
-@pytest.mark.parametrize("devices, device, load, hinted", [
-    (1, "cpu", 0.2, True), (1, "cpu", 1.0, False), ("auto", "cpu", 0.2, False),
-    (2, "cpu", 0.2, False), (1, "cuda", 0.2, False)])
-def test_a_one_process_cpu_run_on_idle_cores_gets_a_one_line_hint(monkeypatch, devices, device,
-                                                                   load, hinted):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: 2)
-    monkeypatch.setattr(launch.os, "getloadavg", lambda: (load, load, load))
-    hint = launch.devices_hint(devices, torch.device(device))
-    assert (hint is not None) == hinted
-    if hinted:
-        assert "\n" not in hint and "--trainer.devices auto" in hint and "2 of 2" in hint
-
-
-def test_the_hint_is_printed_with_the_partition_table(monkeypatch, tmp_path, capsys):
+def test_idle_cores_fall_back_to_the_load_average_without_proc_stat(monkeypatch):
     monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
-    monkeypatch.setattr(launch.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    tiny_trainer(tmp_path, rounds=1).fit(make_client(FedAvg), tiny_data())
-    assert "4 of 4 CPU cores are idle" in capsys.readouterr().out
+    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: None)
+    monkeypatch.setattr(launch.os, "getloadavg", lambda: (2.8, 0.0, 0.0))
+    assert launch.idle_cores() == 1
+
+
+def stat_line(user: int, idle: int) -> str:
+    """The first line of /proc/stat: user nice system idle iowait irq softirq steal guest."""
+    return f"cpu  {user} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+
+
+@pytest.mark.parametrize("user_delta, idle_delta, cpus, expected", [
+    (50, 50, 2, 1.0), (0, 100, 2, 0.0), (100, 0, 4, 4.0), (30, 90, 8, 2.0)])
+def test_busy_cores_are_the_busy_share_of_proc_stat_over_the_window(
+        monkeypatch, tmp_path, user_delta, idle_delta, cpus, expected):
+    stat = tmp_path / "stat"
+    stat.write_text(stat_line(1000, 5000))
+    monkeypatch.setattr(launch, "PROC_STAT", stat)
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: cpus)
+    # the counters move while busy_cores waits
+    monkeypatch.setattr(launch.time, "sleep", lambda seconds: stat.write_text(
+        stat_line(1000 + user_delta, 5000 + idle_delta)))
+    assert measured_busy_cores() == pytest.approx(expected)
+
+
+def test_busy_cores_is_none_without_proc_stat(monkeypatch, tmp_path):
+    monkeypatch.setattr(launch, "PROC_STAT", tmp_path / "missing")
+    monkeypatch.setattr(launch.time, "sleep", lambda seconds: None)
+    assert measured_busy_cores() is None
+
+
+def test_busy_cores_reads_this_machine():
+    if not launch.PROC_STAT.exists():
+        pytest.skip("no /proc/stat on this platform")
+    busy = measured_busy_cores(window=0.05)
+    assert busy is not None and 0 <= busy <= (launch.os.cpu_count() or 1) + 1e-9
+
+
+@pytest.mark.parametrize("devices, world_size, device, noted", [
+    ("auto", 1, "cpu", True), ("auto", 3, "cpu", True), ("auto", 4, "cpu", False),
+    (1, 1, "cpu", False), (2, 2, "cpu", False), ("auto", 1, "cuda", False)])
+def test_an_auto_cpu_run_that_found_busy_cores_says_so_in_one_line(monkeypatch, devices,
+                                                                   world_size, device, noted):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
+    note = launch.devices_note(devices, world_size, torch.device(device))
+    assert (note is not None) == noted
+    if noted:
+        assert "\n" not in note and f"{4 - world_size} of 4 CPU cores were busy" in note
+        assert f"runs {world_size} process" in note and "--trainer.devices N" in note
+
+
+def test_the_note_is_printed_with_the_partition_table(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: 3.2)  # one idle core
+    trainer = tiny_trainer(tmp_path, rounds=1)
+    assert trainer.fabric.world_size == 1
+    trainer.fit(make_client(FedAvg), tiny_data())
+    out = capsys.readouterr().out
+    assert out.index("3 of 4 CPU cores were busy") > out.index("client")
 
 
 @pytest.mark.parametrize("flags, precision, hinted", [

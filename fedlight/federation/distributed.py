@@ -96,6 +96,11 @@ class Distributed:
         """The clients of ``clients`` this process trains / scores, in their order."""
         return [c for c in clients if self.owns(c)]
 
+    def share(self, count: int) -> range:
+        """This process's items of ``count`` indivisible ones (e.g. evaluation batches):
+        every world size-th one from its rank."""
+        return range(self.rank, count, self.world_size)
+
     # ----------------------------------------------------------------- objects
     def broadcast(self, obj: Any, device: torch.device | None = None) -> Any:
         """Rank 0's ``obj`` on every rank (tensors moved to ``device`` when given)."""

@@ -62,11 +62,38 @@ def macro_f1(class_counts: Sequence[tuple[int, int, int]]) -> float:
     return sum(scores) / len(scores) if scores else float("nan")
 
 
+Outputs = Mapping[str, Tensor]
+
+
 @torch.inference_mode()
 def score_outputs(
-    outputs_fn: Callable[[Tensor], Mapping[str, Tensor]], x: Tensor, y: Tensor, batch_size: int
+    outputs_fn: Callable[[Tensor], Outputs], x: Tensor, y: Tensor, batch_size: int
 ) -> dict[str, Score]:
-    """Score every named logits tensor that ``outputs_fn`` returns on ``(x, y)``.
+    """Score every named logits tensor that ``outputs_fn`` returns on ``(x, y)``."""
+    return score_batches(batch_outputs(outputs_fn, x, batch_size), y, batch_size)
+
+
+@torch.inference_mode()
+def batch_outputs(outputs_fn: Callable[[Tensor], Outputs], x: Tensor, batch_size: int,
+                  batches: Sequence[int] | None = None) -> dict[int, dict[str, Tensor]]:
+    """``outputs_fn`` on the batches of ``x`` numbered in ``batches`` (default all; see
+    :func:`batch_count`), as float32 logits by batch number: the batches are the same
+    whichever process computes them, so batches split across processes and gathered score
+    exactly as one process's."""
+    pieces = torch.split(x, batch_size)  # views, in order; channels_last is kept
+    numbers = range(len(pieces)) if batches is None else batches
+    return {number: {name: logits.float() for name, logits in outputs_fn(pieces[number]).items()}
+            for number in numbers}
+
+
+def batch_count(samples: int, batch_size: int) -> int:
+    """How many batches :func:`batch_outputs` cuts ``samples`` into."""
+    return -(-samples // batch_size)
+
+
+def score_batches(outputs: Mapping[int, Outputs], y: Tensor, batch_size: int
+                  ) -> dict[str, Score]:
+    """Score the logits of every batch of ``y`` (:func:`batch_outputs`, all batches).
 
     Per-class stat scores (torchmetrics) and the loss are summed on the device; the AUC
     (torchmetrics' binary AUROC over the flattened one-vs-rest probabilities) needs every
@@ -75,9 +102,8 @@ def score_outputs(
     """
     sums: dict[str, list[Tensor]] = {}
     probabilities: dict[str, list[Tensor]] = {}
-    for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
-        for name, logits in outputs_fn(xb).items():
-            logits = logits.float()
+    for number, yb in enumerate(torch.split(y, batch_size)):
+        for name, logits in outputs[number].items():
             stats = multiclass_stat_scores(logits, yb, logits.shape[-1], average=None)
             loss = F.cross_entropy(logits, yb, reduction="sum")
             probabilities.setdefault(name, []).append(logits.softmax(-1))
@@ -197,15 +223,10 @@ class Evaluator:
         already scored after their local training are taken from ``after_training``."""
         metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None,
                                    "global_macro_f1": None, "global_auc": None}
-        if client.has_global_model and self.dist.is_writer:  # rank 0 scores the global model
-            client.load_state_dict({**server.global_state, **self.population.initial_private})
-            client.eval()
-            with self.fabric.autocast():
-                score = score_outputs(lambda x: {"global": client.global_forward(x)},
-                                      *self.global_test, self.batch_size)["global"]
+        if client.has_global_model:
+            score = self._score_global_model(client, server)
             metrics.update(global_accuracy=score.accuracy, global_loss=score.loss,
                            global_macro_f1=score.macro_f1, global_auc=score.auc)
-        metrics = self.dist.broadcast(metrics)
         if after_training is None:  # each process scores the clients it owns
             after_training = {i: self.score_client(client, i, round_idx, server.download(i)[0])
                               for i in self.dist.owned(range(self.population.num_clients))}
@@ -213,6 +234,19 @@ class Evaluator:
         self.last_client_scores = scores
         metrics.update(summarize_clients(scores))
         return metrics
+
+    def _score_global_model(self, client: FederatedClient, server: ServerRule) -> Score:
+        """The global model on the global test set, each process computing its share of the
+        batches (:meth:`Distributed.share`) and every process scoring them all, gathered in
+        order: the same score as one process, in 1 / world size of the time."""
+        client.load_state_dict({**server.global_state, **self.population.initial_private})
+        client.eval()
+        x, y = self.global_test
+        mine = self.dist.share(batch_count(len(y), self.batch_size))
+        with self.fabric.autocast():
+            outputs = batch_outputs(lambda xb: {"global": client.global_forward(xb)}, x,
+                                    self.batch_size, mine)
+        return score_batches(self.dist.gather_by_client(outputs), y, self.batch_size)["global"]
 
     def per_client_rows(self) -> list[dict[str, Any]]:
         """Each client's last personalized accuracy, for ``per_client.json``."""

@@ -16,6 +16,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
@@ -113,60 +114,87 @@ def cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
+def busy_cores(window: float = 0.25) -> float | None:
+    """Cores' worth of CPU time the machine spends busy over the next ``window`` seconds (from
+    /proc/stat: every program, this one idle while it waits), or None where there is no
+    /proc/stat. Sampled now rather than read from the load average, which lags by a minute and
+    would show a busy neighbour that just started as idle cores."""
+    try:
+        before = _cpu_jiffies()
+        time.sleep(window)
+        after = _cpu_jiffies()
+    except (OSError, ValueError, IndexError):
+        return None
+    total, idle = after[0] - before[0], after[1] - before[1]
+    if total <= 0:
+        return None
+    return (os.cpu_count() or 1) * (total - idle) / total
+
+
+#: The kernel's CPU time counters (Linux).
+PROC_STAT = Path("/proc/stat")
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(all, idle) CPU time of the machine so far, from the first line of /proc/stat."""
+    with PROC_STAT.open() as stat:
+        fields = [int(value) for value in stat.readline().split()[1:9]]
+    # user nice system idle iowait irq softirq steal (guest time is already inside user)
+    return sum(fields), fields[3] + fields[4]
+
+
 def idle_cores() -> int:
-    """Cores of :func:`cpu_cores` left idle by the machine's 1-minute load average (all of
-    them where the platform has no load average)."""
+    """Cores of :func:`cpu_cores` that no program is using now (:func:`busy_cores`; the
+    1-minute load average where the platform has no /proc/stat, all cores where it has
+    neither)."""
     cores = cpu_cores()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(0, min(cores, math.floor(cores - load + 0.5)))
+    busy = busy_cores()
+    if busy is None:
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(0, min(cores, math.floor(cores - busy + 0.5)))
 
 
-def devices_hint(devices: int | str, device: torch.device) -> str | None:
-    """One line for a one-process CPU run on a machine with other idle cores, saying that
-    ``--trainer.devices auto`` would use them; None otherwise.
-
-    The default stays one process (as Lightning's on CPU) rather than following the load at
-    start: the load average lags by a minute, so jobs started together (a sweep, a shell loop)
-    would each see idle cores and oversubscribe them, and a process that shares its core with
-    another program sets every round's pace (1.46-1.7x the quiet round). On an idle 2-core
-    machine two processes ran 10 rounds of the real CIFAR-10 FedAvg workload in 80.3 s against
-    143.6 s for one, whole process (benchmarks/results/cpu_speed.md)."""
-    if devices != 1 or device.type != "cpu" or cpu_cores() < 2:
+def devices_note(devices: int | str, world_size: int, device: torch.device) -> str | None:
+    """One line for a ``devices: auto`` CPU run that found some cores busy and so runs fewer
+    processes than the machine has cores; None otherwise."""
+    cores = cpu_cores()
+    if devices != "auto" or device.type != "cpu" or world_size >= cores:
         return None
-    idle = idle_cores()
-    if idle < 2:  # this run's own core plus at least one more
-        return None
-    return (f"fedlight: {idle} of {cpu_cores()} CPU cores are idle and this run uses one; "
-            "--trainer.devices auto trains on all of them (one process per core, same results)")
+    return (f"fedlight: {cores - world_size} of {cores} CPU cores were busy at start, so "
+            f"devices: auto runs {world_size} process{'es' if world_size > 1 else ''} (one per "
+            "idle core); --trainer.devices N sets the count")
 
 
 def resolve_auto_devices(accelerator: str, strategy: str) -> tuple[int | str, str]:
-    """``devices: auto`` as (devices, strategy): on CPU one process per core
-    (:func:`cpu_cores`), each with one thread under ``threads: auto``, started by fork
-    (``ddp_fork``) when ``strategy`` is ``auto``; elsewhere Fabric's own ``auto`` (every visible
-    GPU). Why not Fabric's CPU meaning (one process): fedlight's clients are independent, so
-    processes scale without threads' contention; on the quick-start run 2 processes finish 1 round
-    1.23-1.27x and 20 rounds 1.69-1.73x sooner than 1 on 2 cores, start-up included (fork
-    costs ~0.1 s; benchmarks/processes.py). Fork is Linux-only here (it is unsafe with macOS system
+    """``devices: auto`` as (devices, strategy): on CPU one process per idle core
+    (:func:`idle_cores`, at least one), each with one thread under ``threads: auto``, started
+    by fork (``ddp_fork``) when ``strategy`` is ``auto``; elsewhere Fabric's own ``auto``
+    (every visible GPU). Why not Fabric's CPU meaning (one process): fedlight's clients are
+    independent, so processes scale without threads' contention: on the real-CIFAR-10 FedAvg
+    workload 2 processes ran 10 rounds in 80.3 s against 143.6 s for one on 2 idle cores,
+    start-up included (benchmarks/results/cpu_speed.md). Why idle cores, not all: a process
+    that shares its core with a busy program sets every round's pace (1.46-1.7x the quiet
+    round; benchmarks/contention.py). Fork is Linux-only here (it is unsafe with macOS system
     libraries and absent on Windows): elsewhere ``auto`` on CPU with ``strategy: auto`` is one
-    process, and an explicit ``strategy`` (e.g. ``ddp_spawn``) gets one process per core."""
+    process, and an explicit ``strategy`` (e.g. ``ddp_spawn``) gets one process per idle
+    core."""
     on_cpu = accelerator == "cpu" or (
         accelerator == "auto" and Fabric(accelerator="auto", devices=1).device.type == "cpu")
     if not on_cpu:
         return "auto", strategy
     if strategy == "auto" and not sys.platform.startswith("linux"):
         return 1, strategy
-    cores = cpu_cores()
-    if cores == 1:
+    processes = max(1, idle_cores()) if cpu_cores() > 1 else 1
+    if processes == 1:
         return 1, strategy
-    return cores, "ddp_fork" if strategy == "auto" else strategy
+    return processes, "ddp_fork" if strategy == "auto" else strategy
 
 
 def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision: str,
                 strategy: str = "auto", workers_per_device: int = 1) -> Fabric:
     """The trainer's ``Fabric``: Fabric's own choice for one process, otherwise
     :class:`FederatedDDPStrategy` with the launcher of ``strategy`` (``auto`` = ``ddp``);
-    ``devices: auto`` on CPU is one process per core (:func:`resolve_auto_devices`).
+    ``devices: auto`` on CPU is one process per idle core (:func:`resolve_auto_devices`).
 
     ``workers_per_device`` > 1 starts that many processes on each device (each trains its own
     clients, as with several devices); on GPUs their process group is gloo, because NCCL
@@ -330,5 +358,6 @@ def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
 
 
 __all__ = ["PRECISIONS", "STRATEGIES", "THREAD_RULES", "FederatedDDPStrategy", "apply_threads",
-           "check_precision", "check_scale_options", "check_threads", "cpu_cores", "devices_hint",
-           "idle_cores", "launch", "make_fabric", "needs_launch", "resolve_auto_devices"]
+           "busy_cores", "check_precision", "check_scale_options", "check_threads", "cpu_cores",
+           "devices_note", "idle_cores", "launch", "make_fabric", "needs_launch",
+           "resolve_auto_devices"]

@@ -51,7 +51,7 @@ def load_run(config: str, overrides: tuple[str, ...] = ()) -> RunConfig:
     """Parse config (a fedlight YAML) plus overrides as fedlight fit does. Cached per process:
     a Flower process serving several messages (or several clients of a simulation) parses the
     config once."""
-    return read_config(find_config(config), overrides)
+    return read_config(find_config(config), overrides, one_process=True)
 
 
 __all__ = ["app_settings", "find_config", "load_from", "load_run", "parse_overrides"]
