@@ -160,9 +160,9 @@ def devices_note(devices: int | str, world_size: int, device: torch.device) -> s
     cores = cpu_cores()
     if devices != "auto" or device.type != "cpu" or world_size >= cores:
         return None
-    return (f"fedlight: {cores - world_size} of {cores} CPU cores were busy at start, so "
-            f"devices: auto runs {world_size} process{'es' if world_size > 1 else ''} (one per "
-            "idle core); --trainer.devices N sets the count")
+    return (f"fedlight: devices: auto runs {world_size} process"
+            f"{'es' if world_size > 1 else ''} on this {cores}-core CPU, one per core idle at "
+            "start (the others were busy); --trainer.devices N sets the count")
 
 
 def resolve_auto_devices(accelerator: str, strategy: str) -> tuple[int | str, str]:
