@@ -246,6 +246,7 @@ class Evaluator:
         with self.fabric.autocast():
             outputs = batch_outputs(lambda xb: {"global": client.global_forward(xb)}, x,
                                     self.batch_size, mine)
+        # gather_by_client merges any {int: value} in key order: here batch numbers
         return score_batches(self.dist.gather_by_client(outputs), y, self.batch_size)["global"]
 
     def per_client_rows(self) -> list[dict[str, Any]]:

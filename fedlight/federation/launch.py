@@ -114,6 +114,10 @@ def cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
+#: The kernel's CPU time counters (Linux).
+PROC_STAT = Path("/proc/stat")
+
+
 def busy_cores(window: float = 0.25) -> float | None:
     """Cores' worth of CPU time the machine spends busy over the next ``window`` seconds (from
     /proc/stat: every program, this one idle while it waits), or None where there is no
@@ -129,10 +133,6 @@ def busy_cores(window: float = 0.25) -> float | None:
     if total <= 0:
         return None
     return (os.cpu_count() or 1) * (total - idle) / total
-
-
-#: The kernel's CPU time counters (Linux).
-PROC_STAT = Path("/proc/stat")
 
 
 def _cpu_jiffies() -> tuple[int, int]:
