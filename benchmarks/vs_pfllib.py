@@ -28,6 +28,7 @@ seed option: its initialization differs from fedlight's, so single runs differ b
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -42,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -90,14 +93,16 @@ def check_checkout(pfllib: Path) -> Path:
     return main_py
 
 
-def dataset_name(input_shape: Sequence[int], config: Path) -> str:
-    """The exported folder's name: PFLlib's CNN size keyword plus the config's name."""
+def dataset_name(input_shape: Sequence[int], config: Path, changes: Sequence[str] = ()) -> str:
+    """The exported folder's name: PFLlib's CNN size keyword plus the config's name (and a
+    digest of the changes made to it, so that differently changed splits never share one)."""
     keyword = DATASET_NAMES.get(tuple(input_shape))
     if keyword is None:
         valid = ", ".join("x".join(map(str, s)) for s in DATASET_NAMES)
         raise SystemExit(f"error: PFLlib's CNN takes inputs {valid}; this config's are "
                          f"{'x'.join(map(str, input_shape))}")
-    return f"{keyword}_fedlight_{config.stem}"
+    digest = hashlib.sha1("\n".join(changes).encode()).hexdigest()[:8] if changes else ""
+    return f"{keyword}_fedlight_{config.stem}" + (f"_{digest}" if digest else "")
 
 
 def fedlight_arguments(method: Method, config: Path, folder: Path, rounds: int,
@@ -109,6 +114,27 @@ def fedlight_arguments(method: Method, config: Path, folder: Path, rounds: int,
             "--data.source=pfllib", f"--data.root={folder}", f"--trainer.rounds={rounds}",
             *([] if threads is None else [f"--trainer.threads={threads}"]),
             "--trainer.progress_bar=false", "--trainer.verbose=false", *extra]
+
+
+def changed_config(config: Path, changes: Sequence[str], out: Path) -> Path:
+    """``config`` itself, or, with KEY=VALUE changes, a copy of it with them applied written
+    to ``out`` (the split's export reads the YAML file, not a command line)."""
+    if not changes:
+        return config
+    content = yaml.safe_load(config.read_text()) or {}
+    for entry in changes:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --set {entry!r}: expected KEY=VALUE, "
+                             "e.g. data.max_client_samples=300")
+        *sections, leaf = key.split(".")
+        node = content
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = yaml.safe_load(value)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(content, sort_keys=False))
+    return out
 
 
 def pfllib_command(method: Method, resolved: dict[str, Any], name: str, num_clients: int,
@@ -171,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="torch threads of both (default: each library's own default)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each pair this many times, in turn (walls: the median)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change the config for both libraries, e.g. "
+                        "data.max_client_samples=300 (the exported split follows it)")
     parser.add_argument("--fedlight-args", nargs="*", default=[],
                         help="more fedlight fit options, e.g. --trainer.devices=auto")
     parser.add_argument("--device", default="cpu", help="PFLlib's -dev (fedlight: the config's "
@@ -182,17 +211,22 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     main_py = check_checkout(args.pfllib)
     config = args.config.resolve()
-    first = resolve_arguments(["-c", str(config)], str(config))
+    changes = [f"--{entry}" for entry in args.set]
+    # fedlight trains on the exported folder, which the data changes already shaped
+    trainer_changes = [c for c in changes if not c.startswith("--data.")]
+    first = resolve_arguments(["-c", str(config), *changes], str(config))
     from fedlight.data.datamodule import FederatedDataModule
 
     data = FederatedDataModule(**first["data"])
     data.setup()
-    name = dataset_name(data.input_shape, config)
+    name = dataset_name(data.input_shape, config, args.set)
     folder = (args.pfllib / "dataset" / name).resolve()
     env = {**os.environ, "WANDB_MODE": "offline"}
     if args.threads is not None:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    export = [sys.executable, "-m", "fedlight.cli", "export-partition", str(config), str(folder)]
+    split_config = changed_config(config, args.set, folder.with_suffix(".yaml"))
+    export = [sys.executable, "-m", "fedlight.cli", "export-partition", str(split_config),
+              str(folder)]
     if args.dry_run:
         print(shlex.join(export))
     else:
@@ -205,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         for label in args.methods:
             method = METHODS[label]
             ours = fedlight_arguments(method, config, folder, args.rounds, args.threads,
-                                      args.fedlight_args)
+                                      [*trainer_changes, *args.fedlight_args])
             ours.append(f"--trainer.default_root_dir={runs}")
             ours.append(f"--trainer.run_name={label}")
             resolved = resolve_arguments(ours, label)

@@ -76,3 +76,23 @@ def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "export-partition" in out and "MNIST_fedlight_config" in out
     assert out.count("fedlight.cli fit") == 2 and "-algo FedProto -gr 3" in out
+
+
+def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsys):
+    (tmp_path / "PFLlib" / "system").mkdir(parents=True)
+    (tmp_path / "PFLlib" / "system" / "main.py").write_text("")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    vs_pfllib.main([str(tmp_path / "PFLlib"), "--config", str(config), "--methods", "FedAvg",
+                    "--set", "data.num_clients=5", "--set", "trainer.batch_size=4", "--dry-run"])
+    out = capsys.readouterr().out
+    export = next(line for line in out.splitlines() if "export-partition" in line).split()
+    changed = yaml.safe_load(Path(export[-2]).read_text())
+    assert changed["data"]["num_clients"] == 5 and changed["trainer"]["batch_size"] == 4
+    assert changed["data"]["synthetic_samples"] == 90  # the rest of the config is kept
+    assert Path(export[-1]).name.startswith("MNIST_fedlight_config_")
+    # fedlight trains on the exported folder: the data change is not given to fit again
+    assert "--trainer.batch_size=4" in out and "--data.num_clients" not in out
+    assert "-nc 5 " in out and "-lbs 4 " in out
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        vs_pfllib.changed_config(config, ["rounds"], tmp_path / "x.yaml")
