@@ -15,8 +15,10 @@ Run on a machine with one CUDA GPU; everything runs on ``cuda:0``.
 3. Workers per GPU: ``benchmarks/workers.py`` in a child process (CUDA must not be initialized
    in this process) for FedAvg and GPFL, 20 clients of 250 synthetic 3x32x32
    samples, batch 10, 32-true, 1/2/4/8 workers per GPU: s/round, speed-up, clients per second
-   and whether the metrics equal one worker's. Several clients batched into one kernel
-   (vmap over stacked parameters) is not built; the row says so.
+   and whether the metrics equal one worker's. Then batched clients
+   (``benchmarks/batched.py``: ``trainer.batched_clients`` 4, 10 and 20 against the loop, FedAvg,
+   20 clients x 250, batch 10): s/round, ratio to the loop, clients per second and the largest
+   difference of the global model from the loop's.
 4. GPU memory per client: peak allocated memory of one round of FedAvg and GPFL with 20 and
    with 100 clients of the same size; the difference / 80 is what each extra client costs
    (client states live in host memory, so it is near zero; the peak is the one live module).
@@ -45,6 +47,7 @@ BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS.parent))
 sys.path.insert(0, str(BENCHMARKS))
 
+from batched import main as batched_main  # noqa: E402
 from floor import best_throughput, fedlight_round_seconds, flops_per_sample, quiet  # noqa: E402
 
 from fedlight.clients import CLIENTS  # noqa: E402
@@ -140,8 +143,9 @@ def workers(args: argparse.Namespace) -> None:
     print(result.stdout.rstrip())
     if result.returncode:
         print(f"workers.py failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    print(f"({time.perf_counter() - started:.0f} s; batched clients (vmap over stacked "
-          "parameters): not built)")
+    print(f"({time.perf_counter() - started:.0f} s)")
+    print("\n## 3b. Batched clients (benchmarks/batched.py, FedAvg, 20 clients x 250, batch 10)")
+    batched_main(["--accelerator", "cuda", "--groups", "4", "10", "20", "--rounds", "3"])
 
 
 def memory() -> None:

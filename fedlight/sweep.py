@@ -67,6 +67,9 @@ OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
                "trainer.progress_bar", "trainer.verbose", "trainer.wandb_project",
                "trainer.wandb_group", "trainer.checkpoint_every", "data.root", "data.download",
                "ckpt_path")
+#: Options added after sweeps were cached, at the value that computes what runs computed
+#: before the option existed: left out of the key at that value, so finished cells stay valid.
+NEUTRAL_DEFAULTS = {"trainer.batched_clients": 1}
 #: Sections whose nested mappings are flattened into dotted entries (other mappings, such as
 #: a server: class_path / init_args block or backbone_kwargs, are one value).
 NESTED = ("model", "model.init_args", "data", "trainer")
@@ -333,22 +336,27 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-def _without(config: Mapping[str, Any], dotted: Sequence[str]) -> dict[str, Any]:
-    """A deep copy of ``config`` without the dotted keys."""
+def _without(config: Mapping[str, Any], dotted: Sequence[str],
+             neutral: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A deep copy of ``config`` without the dotted keys, nor the ``neutral`` keys where they
+    hold their given value."""
     copy = json.loads(json.dumps(config, default=str))
-    for key in dotted:
+    marker = object()
+    drops = [(key, marker) for key in dotted] + list((neutral or {}).items())
+    for key, value in drops:
         *parents, last = key.split(".")
         node = copy
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
+        if isinstance(node, dict) and (value is marker or node.get(last, marker) == value):
             node.pop(last, None)
     return copy
 
 
 def cache_key(config: Mapping[str, Any]) -> str:
-    """Hash of what a run computes: its resolved configuration less OUTPUT_KEYS."""
-    text = json.dumps(_without(config, OUTPUT_KEYS), sort_keys=True)
+    """Hash of what a run computes: its resolved configuration less OUTPUT_KEYS (and less
+    NEUTRAL_DEFAULTS at their neutral value)."""
+    text = json.dumps(_without(config, OUTPUT_KEYS, NEUTRAL_DEFAULTS), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -195,3 +195,12 @@ def test_command_line_lists_replace_and_extend_the_file(tmp_path):
     assert "--model=Local" in sweep.cells[0].args and "--trainer.rounds=2" in sweep.cells[0].args
     with pytest.raises(SweepError, match="--settings: unknown setting 'nope'; valid: dir, iid"):
         load_sweep(path, options(settings=["nope"]))
+
+
+def test_an_option_at_its_neutral_default_leaves_the_cache_key_unchanged():
+    cache_key = sweep_module.cache_key
+    before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}
+    neutral = {**before, "trainer": {**before["trainer"], "batched_clients": 1}}
+    batched = {**before, "trainer": {**before["trainer"], "batched_clients": 4}}
+    assert cache_key(neutral) == cache_key(before) != cache_key(batched)
+    assert neutral["trainer"]["batched_clients"] == 1  # the config itself is not changed

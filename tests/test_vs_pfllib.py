@@ -66,11 +66,17 @@ def test_bad_checkout_and_unsupported_shape_are_one_line_errors(tmp_path):
         vs_pfllib.dataset_name((3, 64, 64), Path("c.yaml"))
 
 
-def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
+def checkout_and_config(tmp_path):
+    """An empty PFLlib checkout in tmp_path / "PFLlib" and CONFIG written as a file."""
     (tmp_path / "PFLlib" / "system").mkdir(parents=True)
     (tmp_path / "PFLlib" / "system" / "main.py").write_text("")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
+    return config
+
+
+def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
+    config = checkout_and_config(tmp_path)
     vs_pfllib.main([str(tmp_path / "PFLlib"), "--config", str(config), "--rounds", "3",
                     "--methods", "FedAvg", "FedProto", "--dry-run"])
     out = capsys.readouterr().out
@@ -79,10 +85,7 @@ def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
 
 
 def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsys):
-    (tmp_path / "PFLlib" / "system").mkdir(parents=True)
-    (tmp_path / "PFLlib" / "system" / "main.py").write_text("")
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
+    config = checkout_and_config(tmp_path)
     vs_pfllib.main([str(tmp_path / "PFLlib"), "--config", str(config), "--methods", "FedAvg",
                     "--set", "data.num_clients=5", "--set", "trainer.batch_size=4", "--dry-run"])
     out = capsys.readouterr().out

@@ -190,11 +190,8 @@ class LocalLoop:
                 saved.get(index))
             if not torch.isfinite(phase_loss):
                 context = client.context
-                where = (f"client {context.client_id} in round {context.round + 1}, "
-                         if context is not None else "")
-                raise FloatingPointError(
-                    f"non-finite training loss for {where}phase {phase.name!r} "
-                    f"(lr={getattr(client, 'lr', '?')}); lower the learning rate or check the data")
+                raise non_finite_loss(client, phase, None if context is None else (
+                    context.client_id, context.round))
             if state is not None:
                 saved[index] = state
             loss_sum += phase_loss
@@ -221,7 +218,7 @@ class LocalLoop:
             if optimizer is None:
                 optimizer, schedulers = parse_optimizers(client.configure_optimizers(),
                                                          type(client).__name__)
-                _scale_lr(optimizer, schedulers, phase.lr_scale)
+                scale_lr(optimizer, schedulers, phase.lr_scale)
             else:
                 schedulers = []
             if self.persist and optimizer_state is not None:
@@ -317,7 +314,16 @@ def reads_stale_gradients(client: nn.Module) -> bool:
                is not getattr(L.LightningModule, name) for name in _HOOKS_AFTER_STEP)
 
 
-def _scale_lr(optimizer: torch.optim.Optimizer, schedulers: list[SchedulerConfig],
+def non_finite_loss(client: nn.Module, phase: Phase,
+                    where: tuple[int, int] | None) -> FloatingPointError:
+    """The error of a phase whose summed loss is not finite; ``where``: (client, round)."""
+    place = f"client {where[0]} in round {where[1] + 1}, " if where is not None else ""
+    return FloatingPointError(
+        f"non-finite training loss for {place}phase {phase.name!r} "
+        f"(lr={getattr(client, 'lr', '?')}); lower the learning rate or check the data")
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, schedulers: list[SchedulerConfig],
               scale: float) -> None:
     """Multiply every learning rate (and the schedulers' base rates) by a phase's ``lr_scale``."""
     if scale == 1.0:
@@ -349,5 +355,5 @@ def _cpu_copy(obj: Any) -> Any:
 
 
 __all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
-           "free_gradients", "only_trainable", "parse_optimizers", "reads_stale_gradients",
-           "zero_gradients"]
+           "free_gradients", "non_finite_loss", "only_trainable", "parse_optimizers",
+           "reads_stale_gradients", "scale_lr", "zero_gradients"]

@@ -22,6 +22,7 @@ from torch import Tensor
 from fedlight import __version__
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
+from fedlight.federation.batched import BatchedEngine, batching_refusal
 from fedlight.federation.checkpoint import BEST, LAST, load_checkpoint
 from fedlight.federation.checkpointing import RunCheckpoints
 from fedlight.federation.distributed import Distributed
@@ -126,6 +127,14 @@ class FederatedTrainer(RunCheckpoints):
         threads: torch intra-op threads per process: a count, ``auto`` (1 on CPU, torch's
             default on accelerators; robust when other programs share the cores) or None
             (torch's default).
+        batched_clients: the simulator trains up to this many of a round's participants as
+            one vectorized computation (torch.func.vmap over their stacked parameters; see
+            fedlight/federation/batched.py), for methods whose local step is the base
+            cross-entropy step (FedAvg, FedPer, LG-FedAvg, FedRep, FedBABU, Local...; the
+            others, and models with BatchNorm or dropout, train one client after another with
+            a one-line note). Meant for GPUs, where one small client's step leaves the device
+            idle; on a CPU it is slower (benchmarks/batched.py). Results agree with the loop's
+            to float tolerance. 1 (default): one client after another.
 
     The server side is the client's own rule (configure_server), or the server given to
     fit (YAML: a top-level server: section) where the method allows it. Client-level DP
@@ -169,6 +178,7 @@ class FederatedTrainer(RunCheckpoints):
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
         memory_format: Literal["auto", "channels_last", "contiguous"] = "auto",
+        batched_clients: int = 1,
         **moved: Any,
     ) -> None:
         check_moved(moved)
@@ -197,6 +207,11 @@ class FederatedTrainer(RunCheckpoints):
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
         self.threads = check_threads(threads)
         self.memory_format = check_memory_format(memory_format)
+        if isinstance(batched_clients, bool) or not isinstance(batched_clients, int) or (
+                batched_clients < 1):
+            raise ValueError(f"trainer.batched_clients must be a positive integer, got "
+                             f"{batched_clients!r} (1 trains clients one after another)")
+        self.batched_clients = batched_clients
         self.precision = precision
         self.devices = devices
         self.fabric = make_fabric(accelerator, devices, num_nodes, precision, strategy,
@@ -350,9 +365,8 @@ class FederatedTrainer(RunCheckpoints):
             self.fabric, self.dist, self.population, self.loop,
             on_device(datamodule.global_test(), device, memory_format), self.eval_batch_size,
             self.seed)
-        self.engine = engine or LocalEngine(self.fabric, model, self.population, self.loop,
-                                            self.evaluator, self.seed, self.local_epochs,
-                                            self.share_class_counts)
+        self.batching_note: str | None = None
+        self.engine = engine or self._local_engine(model)
         self.engine_name = getattr(self.engine, "name", SIMULATOR)
         self.grad_scale = RoundGradScale(ClientGradScale(self.fabric).initial)
         self.protocol = RoundProtocol(
@@ -370,6 +384,21 @@ class FederatedTrainer(RunCheckpoints):
         self.round_seconds: list[float] = []  # train + aggregate time of each round run here
         self.totals = {"seconds": 0.0, "bytes_up": 0, "bytes_down": 0}
 
+    def _local_engine(self, model: FederatedClient) -> LocalEngine:
+        """The simulator's engine: batched where asked and the method qualifies (else the
+        one-line reason is kept for the run's header)."""
+        engine_args = (self.fabric, model, self.population, self.loop, self.evaluator,
+                       self.seed, self.local_epochs, self.share_class_counts)
+        if self.batched_clients == 1:
+            return LocalEngine(*engine_args)
+        refusal = batching_refusal(model, self.precision, self.local_options["optimizer_state"],
+                                   self.local_options["gradient_clip_val"])
+        if refusal is None:
+            return BatchedEngine(*engine_args, group_size=self.batched_clients)
+        self.batching_note = (f"fedlight: batched_clients: {self.batched_clients} not used, "
+                              f"clients train one after another ({refusal})")
+        return LocalEngine(*engine_args)
+
     def _write_header(self, folder: Any) -> None:
         # The first line says which fedlight wrote the run (a YAML comment: the file still
         # runs as fedlight fit -c <run>/config.yaml).
@@ -380,7 +409,8 @@ class FederatedTrainer(RunCheckpoints):
             print(self.datamodule.stats_table())
             device = self.fabric.device
             for hint in (devices_note(self.devices, self.fabric.world_size, device),
-                         precision_hint(self.precision, device)):
+                         precision_hint(self.precision, device),
+                         self.batching_note):
                 if hint:
                     print(hint)
 
@@ -393,7 +423,9 @@ class FederatedTrainer(RunCheckpoints):
                     {"evaluate_after_local_training": self.evaluate_after_local_training})
         # the memory format changes float results: stored where it is not the default format,
         # so runs from before the option resume
-        layout = {"memory_format": "channels_last"} if self.channels_last else {}
+        layout: dict[str, Any] = {"memory_format": "channels_last"} if self.channels_last else {}
+        if isinstance(self.engine, BatchedEngine):  # likewise batched training
+            layout["batched_clients"] = self.batched_clients
         return describe_run(self.client, self.datamodule, self.server,
                             {**{k: getattr(self, k) for k in fields}, **self.local_options,
                              "precision": self.precision, **protocol, **layout},
