@@ -66,7 +66,8 @@ class Method:
 
 
 METHODS = {
-    "GPFL": Method("GPFL", "GPFL", (("lamda", 0.01), ("mu", 0.1)),
+    # PFLlib runs the authors' code, whose p_k is not divided by the number of classes
+    "GPFL": Method("GPFL", "GPFL", (("lamda", 0.01), ("mu", 0.1), ("p_divide_by_classes", False)),
                    lambda a: ["-lam", str(a["lamda"]), "-mu", str(a["mu"])]),
     "FedPer": Method("FedPer", "FedPer"),
     # the same local work as the others: one head epoch, then the body (PFLlib: -pls)
@@ -76,7 +77,9 @@ METHODS = {
     # PFLlib's Ditto calls its regularizer weight mu and its personal epochs plocal_epochs
     "Ditto": Method("Ditto", "Ditto", (),
                     lambda a: ["-mu", str(a["lamda"]), "-pls", str(a["personal_epochs"])]),
-    "FedProto": Method("FedProto", "FedProto", (), lambda a: ["-lam", str(a["lamda"])]),
+    # PFLlib scores FedProto by the nearest global prototype (fedlight's default: the head)
+    "FedProto": Method("FedProto", "FedProto", (("predict_by", "prototype"),),
+                       lambda a: ["-lam", str(a["lamda"])]),
     "FedAvg": Method("FedAvg", "FedAvg"),
     "FedProx": Method("FedProx", "FedProx", (), lambda a: ["-mu", str(a["mu"])]),
 }
