@@ -133,8 +133,9 @@ class FederatedTrainer(RunCheckpoints):
             cross-entropy step (FedAvg, FedPer, LG-FedAvg, FedRep, FedBABU, Local...; the
             others, and models with BatchNorm or dropout, train one client after another with
             a one-line note). Meant for GPUs, where one small client's step leaves the device
-            idle; on a CPU it is slower (benchmarks/batched.py). Results agree with the loop's
-            to float tolerance. 1 (default): one client after another.
+            idle; on a CPU it is slower (1.6x the loop with K = 4: benchmarks/batched.py).
+            Results agree with the loop's to float tolerance. 1 (default): one client after
+            another.
 
     The server side is the client's own rule (configure_server), or the server given to
     fit (YAML: a top-level server: section) where the method allows it. Client-level DP
