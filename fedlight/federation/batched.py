@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -46,14 +45,16 @@ from fedlight.clients.base import FederatedClient, Phase, Upload
 from fedlight.data.datamodule import iterate_batches
 from fedlight.federation.local import (
     LocalLoop,
+    check_phases,
     non_finite_loss,
     only_trainable,
+    overrides,
     parse_optimizers,
     scale_lr,
 )
 from fedlight.federation.population import seed_global_rngs
-from fedlight.federation.protocol import ClientResult, TrainTask, private_scores
-from fedlight.federation.round import LocalEngine
+from fedlight.federation.protocol import ClientResult, TrainTask
+from fedlight.federation.round import LocalEngine, task_scores
 from fedlight.federation.sampling import derive_seed
 
 Batch = tuple[Tensor, Tensor]
@@ -72,21 +73,16 @@ DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout
            nn.FeatureAlphaDropout)
 
 
-def _overrides(client: nn.Module, name: str, base: type) -> bool:
-    # a hook set on the instance (a bound method or a plain function) counts as overridden
-    return getattr(getattr(client, name), "__func__", None) is not getattr(base, name)
-
-
 def batching_refusal(client: FederatedClient, precision: str, optimizer_state: str,
                      gradient_clip_val: float | None) -> str | None:
     """Why ``client`` cannot train batched in this setting (see the module docstring), or
     None when it can."""
     method = type(client).__name__
     for name in BASE_STEP:
-        if _overrides(client, name, FederatedClient):
+        if overrides(client, name, FederatedClient):
             return f"{method} overrides {name}"
     for name in LOOP_HOOKS:
-        if _overrides(client, name, L.LightningModule):
+        if overrides(client, name):
             return f"{method} overrides the loop hook {name}"
     buffer = next((name for name, _ in client.named_buffers()), None)
     if buffer is not None:
@@ -177,9 +173,7 @@ class BatchedEngine(LocalEngine):
         self.population.start_training(self.client, task.client_id, task.round_idx,
                                        task.shared, task.message)
         phases = self.client.local_phases(self.local_epochs)
-        if not phases:
-            raise ValueError(f"{type(self.client).__name__}: a local schedule needs at least "
-                             "one phase")
+        check_phases(self.client, phases)
         generator = torch.Generator().manual_seed(seed)
         data = self.population.train_data[task.client_id]
         batches = [phase_batches(data, phase, self.population.batch_size, generator)
@@ -202,9 +196,7 @@ class BatchedEngine(LocalEngine):
         self.population.finish_training(client, task.client_id, {})
         client.pop_federated_logs()
         logs = ({"train_loss": prepared.loss_sum / prepared.steps} if prepared.steps else {})
-        scores = (private_scores(self.evaluator.score_client(client, task.client_id,
-                                                             task.round_idx),
-                                 self.share_class_counts) if task.score else {})
+        scores = task_scores(self.evaluator, client, task, self.share_class_counts)
         return ClientResult(task.client_id, upload, prepared.loss_sum, prepared.steps, logs,
                             scores, self.grad_scale.end())
 
@@ -234,10 +226,10 @@ def train_stacked(client: FederatedClient, loop: LocalLoop, group: Sequence[Prep
     for prepared in group:
         prepared.loss_sum = torch.zeros((), device=device)
     for index, phase in enumerate(group[0].phases):
-        losses = [torch.zeros((), device=device) for _ in group]
+        losses = torch.zeros(len(group), device=device)
         current = train_phase(client, loop, phase, current,
                               [p.batches[index] for p in group], batch_size, losses)
-        for prepared, rows, loss in zip(group, current, losses, strict=True):
+        for prepared, rows, loss in zip(group, current, losses.unbind(), strict=True):
             if not torch.isfinite(loss):
                 raise non_finite_loss(client, phase, (prepared.task.client_id,
                                                       prepared.task.round_idx))
@@ -262,9 +254,9 @@ def stacked_optimizer(client: FederatedClient, phase: Phase,
 
 def train_phase(client: FederatedClient, loop: LocalLoop, phase: Phase, start: Sequence[Rows],
                 batches: Sequence[Sequence[Batch]], batch_size: int,
-                losses: list[Tensor]) -> list[Rows]:
+                losses: Tensor) -> list[Rows]:
     """One phase of every client of a group; returns each one's parameters after it and adds
-    its step losses to ``losses``."""
+    its step losses to its entry of ``losses``."""
     fabric = loop.fabric
     with only_trainable(client, phase.trainable):
         trainable = {n for n, p in client.named_parameters() if p.requires_grad}
@@ -281,15 +273,16 @@ def train_phase(client: FederatedClient, loop: LocalLoop, phase: Phase, start: S
         if not active:
             break
         index = torch.tensor(active, device=fabric.device)
+        # while every client trains, the stacked tensors go in as they are (no copy per step)
+        params = stacked if len(active) == len(batches) else {
+            n: v.index_select(0, index) for n, v in stacked.items()}
         inputs, labels, weights = stack_batches([batches[k][t] for k in active], batch_size)
         with fabric.autocast():
-            step_losses = step({n: v.index_select(0, index) for n, v in stacked.items()},
-                               inputs, labels, weights)
+            step_losses = step(params, inputs, labels, weights)
         fabric.backward(step_losses.sum())
         fabric.strategy.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
-        for row, k in enumerate(active):
-            losses[k] = losses[k] + step_losses[row].detach().float()
+        losses.index_add_(0, index, step_losses.detach().float())
     return [rows for rows in final if rows is not None]
 
 

@@ -177,8 +177,7 @@ class LocalLoop:
             ) -> LocalResult:
         """Run ``phases`` on ``data`` (batches shuffled by ``generator``) and take the upload
         after the phase that asks for it (else after the last)."""
-        if not phases:
-            raise ValueError(f"{type(client).__name__}: a local schedule needs at least one phase")
+        check_phases(client, phases)
         saved = dict(optimizer_states or {})
         upload: Upload | None = None
         loss_sum = torch.zeros((), device=self.fabric.device)
@@ -309,9 +308,19 @@ def reads_stale_gradients(client: nn.Module) -> bool:
     in between is overridden: the next forward then reuses their memory rather than
     allocating anew (~0.1 ms a step measured in isolation on a small CNN). With any of these
     hooks overridden, Lightning's timing is kept exactly."""
-    # a hook set on the instance (a bound method or a plain function) counts as overridden
-    return any(getattr(getattr(client, name), "__func__", None)
-               is not getattr(L.LightningModule, name) for name in _HOOKS_AFTER_STEP)
+    return any(overrides(client, name) for name in _HOOKS_AFTER_STEP)
+
+
+def overrides(client: nn.Module, name: str, base: type = L.LightningModule) -> bool:
+    """Whether ``client`` replaces ``base``'s method ``name``; a hook set on the instance (a
+    bound method or a plain function) counts as replaced."""
+    return getattr(getattr(client, name), "__func__", None) is not getattr(base, name)
+
+
+def check_phases(client: nn.Module, phases: Sequence[Phase]) -> None:
+    """A local schedule needs at least one phase (ValueError naming the method)."""
+    if not phases:
+        raise ValueError(f"{type(client).__name__}: a local schedule needs at least one phase")
 
 
 def non_finite_loss(client: nn.Module, phase: Phase,
@@ -355,5 +364,5 @@ def _cpu_copy(obj: Any) -> Any:
 
 
 __all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
-           "free_gradients", "non_finite_loss", "only_trainable", "parse_optimizers",
-           "reads_stale_gradients", "scale_lr", "zero_gradients"]
+           "check_phases", "free_gradients", "non_finite_loss", "only_trainable", "overrides",
+           "parse_optimizers", "reads_stale_gradients", "scale_lr", "zero_gradients"]

@@ -74,10 +74,19 @@ def train_client(client: FederatedClient, population: Population, loop: LocalLoo
     result = population.train(client, loop, task.client_id, task.round_idx, task.shared,
                               task.message, seed, local_epochs)
     logs = client.pop_federated_logs()
-    scores = (private_scores(evaluator.score_client(client, task.client_id, task.round_idx),
-                             share_class_counts) if task.score else {})
+    scores = task_scores(evaluator, client, task, share_class_counts)
     return ClientResult(task.client_id, result.upload, result.loss_sum, result.steps, logs,
                         scores, grad_scale.end())
 
 
-__all__ = ["LocalEngine", "train_client"]
+def task_scores(evaluator: Evaluator, client: FederatedClient, task: TrainTask,
+                share_class_counts: bool) -> dict[str, Score]:
+    """A participant's scores right after its training where the task asks for them (per-class
+    counts only where the run shares them), else none."""
+    if not task.score:
+        return {}
+    return private_scores(evaluator.score_client(client, task.client_id, task.round_idx),
+                          share_class_counts)
+
+
+__all__ = ["LocalEngine", "task_scores", "train_client"]
