@@ -14,7 +14,9 @@ https://github.com/TsingZ0/PFLlib``; nothing of PFLlib is shipped with fedlight)
    values where the two defaults differ, e.g. FedProx's mu or FedRep's head epochs);
 3. tabulates the best personalized accuracy over the evaluated rounds (fedlight's
    ``best_personalized_accuracy``; PFLlib's printed "Best accuracy", the same pooled
-   accuracy over all clients' test samples) and the wall seconds side by side.
+   accuracy over all clients' test samples), the wall and CPU seconds side by side, and the
+   speed-up: with ``--repeats N`` the two run in turn N times and the ratio is taken pair by
+   pair (its median, smallest and largest), which holds when the machine's speed drifts.
 
 PFLlib evaluates before each round's training, for rounds 0..R of ``-gr R``, and trains R + 1
 rounds (the last one unevaluated); fedlight evaluates after each of its R rounds. PFLlib has no
@@ -32,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -164,28 +167,54 @@ def best_accuracy(stdout: str) -> float:
     return math.nan
 
 
-def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of one process from start to exit, and its stdout."""
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class Timing:
+    """One whole process: wall seconds from start to exit, CPU seconds (user + system) of it
+    and every process it waited for, and its stdout."""
+
+    wall: float
+    cpu: float
+    stdout: str
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> Timing:
+    """Run ``command`` to its end and time it (a failure is a one-line error)."""
+    cpu_before, started = children_cpu(), time.perf_counter()
     done = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu() - cpu_before
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise SystemExit(f"error: {shlex.join(command)} failed ({done.returncode}): {tail[0]}")
-    return wall, done.stdout
+    return Timing(wall, cpu, done.stdout)
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    """Best accuracies and median walls (over the repeats) side by side, with the speed-up
-    (PFLlib wall / fedlight wall)."""
+    """Best accuracies, median wall and CPU seconds over the repeats, and the speed-up: the
+    median over the pairs (run one after the other) of PFLlib wall / fedlight wall, with the
+    smallest and largest pair's ratio when there are several pairs."""
     lines = ["| method | fedlight best (%) | PFLlib best (%) | difference (points) | "
-             "fedlight wall (s) | PFLlib wall (s) | speed-up |", "|" + " --- |" * 7]
+             "fedlight wall (s) | PFLlib wall (s) | fedlight CPU (s) | PFLlib CPU (s) | "
+             "speed-up (wall) |", "|" + " --- |" * 9]
     for row in rows:
         ours, theirs = 100 * row["fedlight"], 100 * row["pfllib"]
-        fast, slow = statistics.median(row["fedlight_wall"]), statistics.median(row["pfllib_wall"])
-        lines.append(f"| {row['method']} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
-                     f"{fast:.1f} | {slow:.1f} | {slow / fast:.2f}x |")
+        fast, slow = row["fedlight_time"], row["pfllib_time"]
+        ratios = [b.wall / a.wall for a, b in zip(fast, slow, strict=True)]
+        spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        lines.append(
+            f"| {row['method']} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
+            f"{median(fast, 'wall'):.1f} | {median(slow, 'wall'):.1f} | "
+            f"{median(fast, 'cpu'):.1f} | {median(slow, 'cpu'):.1f} | "
+            f"{statistics.median(ratios):.2f}x{spread} |")
     return "\n".join(lines)
+
+
+def median(timings: Sequence[Timing], field: str) -> float:
+    return statistics.median(getattr(t, field) for t in timings)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -228,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads is not None:
         env["OMP_NUM_THREADS"] = str(args.threads)
     split_config = changed_config(config, args.set, folder.with_suffix(".yaml"))
-    export = [sys.executable, "-m", "fedlight.cli", "export-partition", str(split_config),
+    export = [sys.executable, "-m", "fedlight", "export-partition", str(split_config),
               str(folder)]
     if args.dry_run:
         print(shlex.join(export))
@@ -248,20 +277,18 @@ def main(argv: list[str] | None = None) -> None:
             resolved = resolve_arguments(ours, label)
             theirs = [args.pfllib_python, *pfllib_command(
                 method, resolved, name, info["num_clients"], info["num_classes"], args.device)]
-            fit = [sys.executable, "-m", "fedlight.cli", "fit", *ours]
+            fit = [sys.executable, "-m", "fedlight", "fit", *ours]  # the `fedlight` command
             if args.dry_run:
                 print(shlex.join(fit), f"\n(cd {main_py.parent} && {shlex.join(theirs)})")
                 continue
-            row: dict[str, Any] = {"method": label, "fedlight_wall": [], "pfllib_wall": []}
+            row: dict[str, Any] = {"method": label, "fedlight_time": [], "pfllib_time": []}
             for _ in range(args.repeats):
                 shutil.rmtree(Path(runs) / label, ignore_errors=True)
-                wall, _ = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
-                row["fedlight_wall"].append(wall)
-                wall, stdout = timed(theirs, main_py.parent, env)
-                row["pfllib_wall"].append(wall)
+                row["fedlight_time"].append(timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)}))
+                row["pfllib_time"].append(timed(theirs, main_py.parent, env))
             summary = json.loads((Path(runs) / label / "summary.json").read_text())
             row.update(fedlight=summary["best_personalized_accuracy"],
-                       pfllib=best_accuracy(stdout))
+                       pfllib=best_accuracy(row["pfllib_time"][-1].stdout))
             rows.append(row)
             print(table(rows).splitlines()[-1], flush=True)
     if args.dry_run:
@@ -271,9 +298,10 @@ def main(argv: list[str] | None = None) -> None:
         f"## fedlight vs PFLlib on one split ({name}, {args.rounds} rounds)", "",
         f"`python benchmarks/vs_pfllib.py {given}`",
         "", f"torch threads: {args.threads or 'each library default'}; fedlight options "
-        f"{' '.join(args.fedlight_args) or '(none)'}; PFLlib device {args.device}; wall = the "
-        f"median over {args.repeats} run(s) of each whole process from start to exit (import, "
-        "data, training, evaluation), the two libraries in turn.", "",
+        f"{' '.join(args.fedlight_args) or '(none)'}; PFLlib device {args.device}; wall and CPU "
+        f"= the median over {args.repeats} run(s) of each whole process from start to exit "
+        "(import, data, training, evaluation; CPU = user + system of it and its children), "
+        "the two libraries in turn; speed-up = the median of the pairs' wall ratios.", "",
         table(rows), ""])
     print(text)
     if args.out:

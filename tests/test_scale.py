@@ -23,6 +23,7 @@ from fedlight.clients import FedAvg
 from fedlight.federation import FederatedTrainer
 from fedlight.federation import launch as launch_module
 from fedlight.federation.aggregate import weighted_mean
+from fedlight.federation.distributed import balanced_owners
 from fedlight.federation.launch import FederatedDDPStrategy, make_fabric, resolve_auto_devices
 from fedlight.federation.sampling import drop_clients
 from fedlight.federation.server import CoordinateMedian, FedAdam
@@ -70,8 +71,10 @@ def assert_same_states(a, b):
 
 
 # Six clients, three sampled per round, one of them dropped: some rounds leave a process with
-# nobody to train or nobody reporting, and never-trained clients are scored too.
+# nobody to train or nobody reporting, and never-trained clients are scored too. Their sizes
+# differ, so the balanced owners are not client % 2 (checked below).
 SETTING = dict(rounds=4, join_ratio=0.5, drop_rate=0.25, threads=1)
+SIX = dict(num_clients=6, partition="dirichlet", beta=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +82,23 @@ def reference(tmp_path_factory):
     """The 1-process FedPer run everything multi-process is compared with."""
     root = tmp_path_factory.mktemp("reference")
     trainer = tiny_trainer(root, run_name="one", **SETTING)
-    return trainer, trainer.fit(fedper(), tiny_data(num_clients=6))
+    return trainer, trainer.fit(fedper(), tiny_data(**SIX))
 
 
 # ===================================================================== several processes
+def test_owners_balance_the_training_samples_and_every_rank_computes_the_same():
+    assert balanced_owners([5, 1, 1, 1, 1, 1], 2) == [0, 1, 1, 1, 1, 1]  # 5 against 5
+    assert balanced_owners([3, 3, 3, 3], 2) == [0, 1, 0, 1]  # equal sizes: i % world size
+    assert balanced_owners([4, 9, 2], 1) == [0, 0, 0]
+    data = tiny_data(**SIX)
+    data.setup()
+    sizes = [data.client_train_size(i) for i in range(data.num_clients)]
+    owners = balanced_owners(sizes, 2)
+    assert owners != [i % 2 for i in range(6)]  # the multi-process tests below use these
+    busiest = max(sum(s for s, o in zip(sizes, owners, strict=True) if o == r) for r in (0, 1))
+    assert busiest < max(sum(sizes[0::2]), sum(sizes[1::2]))
+
+
 def test_two_process_fedavg_equals_one_process_bit_for_bit(tmp_path):
     one = tiny_trainer(tmp_path, rounds=3, run_name="one", threads=1)
     two = tiny_trainer(tmp_path, rounds=3, run_name="two", threads=1, **TWO)
@@ -99,7 +115,7 @@ def test_two_process_private_state_disk_store_and_dropout_equal_one_process(
         tmp_path, reference):
     ref_trainer, ref = reference
     two = tiny_trainer(tmp_path, run_name="two", client_state_storage="disk", **SETTING, **TWO)
-    summary = two.fit(fedper(), tiny_data(num_clients=6))
+    summary = two.fit(fedper(), tiny_data(**SIX))
     assert rows(summary) == rows(ref)
     assert {r["dropped"] for r in rows(ref)} == {"1"}
     ours, theirs = checkpoint(summary), checkpoint(ref)
@@ -111,13 +127,13 @@ def test_two_process_private_state_disk_store_and_dropout_equal_one_process(
 def test_resume_with_two_processes_and_with_one(tmp_path, reference):
     _, ref = reference
     half = tiny_trainer(tmp_path, run_name="half", **{**SETTING, "rounds": 2}, **TWO)
-    first = half.fit(fedper(), tiny_data(num_clients=6))
+    first = half.fit(fedper(), tiny_data(**SIX))
     copy = shutil.copytree(first["run_dir"], tmp_path / "copy")
 
     resumed_two = tiny_trainer(tmp_path, run_name="half", **SETTING, **TWO).fit(
-        fedper(), tiny_data(num_clients=6), ckpt_path=f"{first['run_dir']}/checkpoints/last.ckpt")
+        fedper(), tiny_data(**SIX), ckpt_path=f"{first['run_dir']}/checkpoints/last.ckpt")
     resumed_one = tiny_trainer(tmp_path, run_name="copy", **SETTING).fit(
-        fedper(), tiny_data(num_clients=6), ckpt_path=str(copy / "checkpoints/last.ckpt"))
+        fedper(), tiny_data(**SIX), ckpt_path=str(copy / "checkpoints/last.ckpt"))
     assert rows(resumed_two) == rows(ref)
     assert rows(resumed_one) == rows(ref)
     assert_same_states(checkpoint(resumed_two)["client_states"],
@@ -125,7 +141,7 @@ def test_resume_with_two_processes_and_with_one(tmp_path, reference):
 
     # and a 2-process evaluation of the checkpoint scores like a 1-process one
     evaluated = tiny_trainer(tmp_path, run_name="half", **TWO).test(
-        fedper(), tiny_data(num_clients=6), ckpt_path=f"{first['run_dir']}/checkpoints/last.ckpt")
+        fedper(), tiny_data(**SIX), ckpt_path=f"{first['run_dir']}/checkpoints/last.ckpt")
     assert evaluated["personalized_accuracy"] == float(rows(ref)[-1]["personalized_accuracy"])
 
 
@@ -142,7 +158,7 @@ def test_cli_with_two_devices_reruns_itself_per_rank_and_matches_one_process(tmp
             "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "cli",
             "--trainer.devices", "2"]
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", *args], env=env,
+    done = subprocess.run([sys.executable, "-m", "fedlight", "fit", *args], env=env,
                           cwd=Path(__file__).resolve().parents[1], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -81,7 +81,7 @@ def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
                     "--methods", "FedAvg", "FedProto", "--dry-run"])
     out = capsys.readouterr().out
     assert "export-partition" in out and "MNIST_fedlight_config" in out
-    assert out.count("fedlight.cli fit") == 2 and "-algo FedProto -gr 3" in out
+    assert out.count("-m fedlight fit") == 2 and "-algo FedProto -gr 3" in out
 
 
 def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsys):
@@ -99,3 +99,22 @@ def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsy
     assert "-nc 5 " in out and "-lbs 4 " in out
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         vs_pfllib.changed_config(config, ["rounds"], tmp_path / "x.yaml")
+
+
+def test_speed_up_is_the_median_of_the_pairs_ratios_not_a_ratio_of_medians():
+    timing = vs_pfllib.Timing
+    row = {"method": "FedAvg", "fedlight": 0.25, "pfllib": 0.24,
+           "fedlight_time": [timing(100, 190, ""), timing(200, 200, ""), timing(120, 195, "")],
+           "pfllib_time": [timing(300, 300, ""), timing(220, 310, ""), timing(150, 305, "")]}
+    line = vs_pfllib.table([row]).splitlines()[-1]
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[4:8] == ["120.0", "220.0", "195.0", "305.0"]
+    # pairs 3.00, 1.10, 1.25 -> 1.25 (the ratio of the medians, 220 / 120, would be 1.83)
+    assert cells[8] == "1.25x (1.10-3.00)"
+
+
+def test_timed_counts_the_cpu_of_the_process_and_its_children(tmp_path):
+    burn = "import subprocess, sys; subprocess.run([sys.executable, '-c', " \
+           "'sum(i * i for i in range(3_000_000))'])"
+    timing = vs_pfllib.timed([sys.executable, "-c", burn], tmp_path, {})
+    assert timing.cpu > 0.1 and timing.wall >= timing.cpu * 0.5

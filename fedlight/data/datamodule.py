@@ -432,6 +432,10 @@ class FederatedDataModule(L.LightningDataModule):
         index = torch.from_numpy(self._check_client(client_id).train)
         return self.pool_x[index], self.pool_y[index]
 
+    def client_train_size(self, client_id: int) -> int:
+        """How many training samples a client has (without gathering them)."""
+        return len(self._check_client(client_id).train)
+
     def client_test(self, client_id: int) -> tuple[Tensor, Tensor]:
         """``(x, y)`` of a client's local test split."""
         index = torch.from_numpy(self._check_client(client_id).test)
@@ -461,7 +465,8 @@ class FederatedDataModule(L.LightningDataModule):
 
     def class_counts(self, client_id: int) -> Tensor:
         """Label counts of a client's training split, shape ``(num_classes,)``."""
-        return torch.bincount(self.client_train(client_id)[1], minlength=self.num_classes).float()
+        labels = self.pool_y[torch.from_numpy(self._check_client(client_id).train)]
+        return torch.bincount(labels, minlength=self.num_classes).float()
 
     def client(self, client_id: int) -> ClientDataModule:
         """A plain ``LightningDataModule`` over one client's train and test splits."""

@@ -17,10 +17,14 @@ module unchanged. Everything else is Fabric's: launcher, cluster environments, p
 device placement, the precision plugin (``fabric.setup_module`` still converts and moves the
 module and returns a ``_FabricModule``), ``setup_optimizers`` and ``backward``.
 
-**Who trains what.** Client ``i`` belongs to rank ``i % world_size`` (:meth:`Distributed.owner`)
-for the whole run: that rank trains it whenever it is sampled, keeps its private state in its
-own store, holds its data on its device, and scores it. Every rank draws the same sampled
-clients (a pure function of ``(seed, round)``) and trains the ones it owns.
+**Who trains what.** Each client belongs to one rank (:meth:`Distributed.owner`) for the whole
+run: that rank trains it whenever it is sampled, keeps its private state in its own store, holds
+its data on its device, and scores it. Every rank draws the same sampled clients (a pure
+function of ``(seed, round)``) and trains the ones it owns. Owners balance the training data
+(:func:`balanced_owners`: largest client first, each to the rank holding the fewest training
+samples so far), since a round lasts as long as its busiest rank: on CIFAR-10's 20-client
+Dirichlet(0.1) split the busier of 2 ranks holds 1.007x the mean instead of 1.054x with client
+``i`` on rank ``i % world_size``.
 
 **Results independent of the process count.** Each client's local training is a pure function
 of (global state, its private state, ``(seed, round, client)``), so it does not matter which
@@ -71,11 +75,14 @@ class Distributed:
     """This process's place in the run and the collectives of a round. With one process every
     method is the identity and no collective is issued."""
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, client_sizes: Sequence[int] = ()) -> None:
+        """``client_sizes``: each client's training samples, which the owners balance
+        (clients past its end belong to rank ``client % world size``)."""
         self.fabric = fabric
         self.world_size = fabric.world_size
         self.rank = fabric.global_rank
         self.device = fabric.device
+        self.owners = balanced_owners(client_sizes, self.world_size)
 
     @property
     def active(self) -> bool:
@@ -87,6 +94,8 @@ class Distributed:
         return self.rank == 0
 
     def owner(self, client_id: int) -> int:
+        if client_id < len(self.owners):
+            return self.owners[client_id]
         return client_id % self.world_size
 
     def owns(self, client_id: int) -> bool:
@@ -260,4 +269,18 @@ class SilentRunFolder(RunFolder):
     def write_text(self, name: str, text: str) -> None: ...
 
 
-__all__ = ["Distributed", "SilentRunFolder"]
+def balanced_owners(sizes: Sequence[int], world_size: int) -> list[int]:
+    """Each client's rank, so that the ranks hold about as many training samples: clients in
+    decreasing size (ties: lower id first), each to the rank with the fewest samples so far
+    (ties: lower rank). A pure function of the sizes, so every rank computes the same."""
+    load = [0] * world_size
+    owners = [0] * len(sizes)
+    for client in sorted(range(len(sizes)), key=lambda c: (-sizes[c], c)):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        owners[client] = rank
+        load[rank] += sizes[client]
+    return owners
+
+
+__all__ = ["Distributed", "SilentRunFolder", "balanced_owners"]
+

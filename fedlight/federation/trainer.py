@@ -104,13 +104,13 @@ class FederatedTrainer(RunCheckpoints):
             DLGProbe (gradient-inversion leakage).
         accelerator: Fabric accelerator (auto, cpu, cuda, ...).
         devices: Fabric devices; more than one runs one process per device, each training
-            the sampled clients it owns (client i on rank i % world size); results do not
-            depend on the number of processes. Default ``auto``: on CPU one process per core
-            that is idle at start (sampled over 0.25 s; the rest are left to the programs
-            using them, since a process sharing its core sets every round's pace), started by
-            fork on Linux: 10 rounds of FedAvg on real CIFAR-10 took 80.3 s with 2 processes
-            against 143.6 s with one on 2 idle cores; on GPUs every visible GPU. A number
-            fixes the count (1: one process).
+            the sampled clients it owns (owners balance the clients' training samples);
+            results do not depend on the number of processes. Default ``auto``: on CPU one
+            process per core that is idle at start (sampled over 0.25 s; the rest are left to
+            the programs using them, since a process sharing its core sets every round's
+            pace), started by fork on Linux: 10 rounds of FedAvg on real CIFAR-10 took 80.3 s
+            with 2 processes against 143.6 s with one on 2 idle cores; on GPUs every visible
+            GPU. A number fixes the count (1: one process).
         num_nodes: Fabric nodes (multi-node runs are started by torchrun or SLURM).
         precision: Fabric precision: 32-true, 16-mixed or bf16-mixed (also 32, 16, bf16).
         workers_per_device: processes per device (default 1); more lets several processes
@@ -342,7 +342,8 @@ class FederatedTrainer(RunCheckpoints):
         self.server = resolve_rule(model.configure_server(), server, method)
         self.client, self.datamodule = model, datamodule
         self.num_clients = datamodule.num_clients
-        self.dist = Distributed(self.fabric)
+        self.dist = Distributed(self.fabric, [datamodule.client_train_size(i)
+                                              for i in range(self.num_clients)])
         self.fabric.setup_module(model)
         device = self.fabric.device
         memory_format = apply_memory_format(model, self.memory_format, device)

@@ -1,0 +1,5 @@
+"""``python -m fedlight ...``: the ``fedlight`` command."""
+
+from fedlight.console import main
+
+main()
