@@ -499,17 +499,22 @@ def execute(planned: Sequence[Planned], jobs: int) -> int:
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_exit_with_parent,
                              initargs=(os.getpid(),)) as pool:
-        futures: dict[Future, Planned] = {
-            pool.submit(run_cell, str(item.config_file), resume): item for item, resume in todo}
-        try:
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    _finish(futures[future], future.result())
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        # The pool gets a cell only when a worker is free: a cell already handed to the pool
+        # cannot be cancelled, so on Ctrl-C the workers would start such cells after saving
+        # the interrupted ones, and the sweep would go on running.
+        waiting = iter(todo)
+        futures: dict[Future, Planned] = {}
+
+        def hand_over(count: int) -> None:
+            for item, resume in itertools.islice(waiting, count):
+                futures[pool.submit(run_cell, str(item.config_file), resume)] = item
+
+        hand_over(jobs)
+        while futures:
+            done, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in done:
+                _finish(futures.pop(future), future.result())
+            hand_over(len(done))
     return len(todo)
 
 

@@ -4,8 +4,12 @@ selection on validation and one-line errors for bad sweep files (tiny synthetic 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +129,30 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monk
     assert calls == [str(second)]
     assert json.loads(second.with_suffix(".json").read_text())["error"] is None
     assert (partial / "summary.json").is_file()
+
+
+def start_then_interrupt_the_sweep(config_file: str, resume: bool) -> dict:
+    """A cell (run in a pool worker) that marks that it started; the first one started
+    interrupts the sweep as Ctrl-C would, and every one then ends as a stopped run does."""
+    folder = Path(config_file).parent
+    Path(config_file).with_suffix(".started").touch()
+    with contextlib.suppress(FileExistsError):
+        (folder / "interrupted").touch(exist_ok=False)
+        os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(1.0)
+    return {"wall": 1.0, "cpu": 1.0, "error": None}
+
+
+def test_ctrl_c_on_a_parallel_sweep_starts_no_further_cell(tmp_path, monkeypatch):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 5})
+    out = tmp_path / "out"
+    monkeypatch.setattr(sweep_module, "run_cell", start_then_interrupt_the_sweep)
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", str(path), "--out", str(out), "--jobs", "2"])
+    assert stop.value.code == 130
+    time.sleep(2.5)  # longer than a cell: any cell left to the workers has started by now
+    assert len(list((out / "runs").glob("*.started"))) == 2  # only the two running cells
+    assert not list((out / "runs").glob("*.json"))  # nothing recorded as done
 
 
 def test_select_chooses_the_grid_point_on_validation(tmp_path):
