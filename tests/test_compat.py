@@ -166,11 +166,12 @@ def test_flower_message_ids_runs_and_task_identity_are_where_compat_puts_them():
 
 def test_only_the_command_line_imports_the_command_line():
     """No import circle through fedlight.cli: the Flower apps and fedlight interpolate read
-    configs with fedlight.config, never with the CLI class."""
+    configs with fedlight.config, never with the CLI class (console.py is the command's own
+    entry point)."""
     package = ROOT / "fedlight"
     importers = []
     for path in package.rglob("*.py"):
-        if path == package / "cli.py":
+        if path in (package / "cli.py", package / "console.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([node.module] if isinstance(node, ast.ImportFrom) else
