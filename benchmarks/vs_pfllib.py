@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import os
-import resource
 import shlex
 import shutil
 import statistics
@@ -52,7 +51,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedlight.sweep import resolve_arguments  # noqa: E402
+from fedlight.sweep import cpu_seconds, resolve_arguments  # noqa: E402
 
 Flags = Callable[[dict[str, Any]], list[str]]
 
@@ -177,16 +176,11 @@ class Timing:
     stdout: str
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> Timing:
     """Run ``command`` to its end and time it (a failure is a one-line error)."""
-    cpu_before, started = children_cpu(), time.perf_counter()
+    cpu_before, started = cpu_seconds(), time.perf_counter()
     done = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True)
-    wall, cpu = time.perf_counter() - started, children_cpu() - cpu_before
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_before
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise SystemExit(f"error: {shlex.join(command)} failed ({done.returncode}): {tail[0]}")

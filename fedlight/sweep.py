@@ -417,7 +417,7 @@ def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
     from fedlight.config import read_config
     from fedlight.errors import USER_ERRORS, user_message
 
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     error = None
     try:
         with _quiet_cli():
@@ -427,7 +427,7 @@ def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
                             server=run.server)
     except USER_ERRORS as failure:
         error = user_message(failure)
-    return {"wall": time.perf_counter() - started, "cpu": _cpu_seconds() - cpu_started,
+    return {"wall": time.perf_counter() - started, "cpu": cpu_seconds() - cpu_started,
             "resumed": resume, "error": error}
 
 
@@ -441,7 +441,8 @@ def _quiet_cli() -> Iterator[None]:
         yield
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) this process and the children it waited for have used."""
     own, children = (resource.getrusage(resource.RUSAGE_SELF),
                      resource.getrusage(resource.RUSAGE_CHILDREN))
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -645,7 +646,7 @@ def main(argv: list[str]) -> None:
         raise SweepError(f"--jobs must be at least 1, got {options.jobs}")
     sweep = load_sweep(options.sweep, options)
     out = Path(options.out or Path("sweeps") / sweep.name)
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     planned = plan(sweep, out)
     if options.dry_run:
         for item in planned:
@@ -656,5 +657,5 @@ def main(argv: list[str]) -> None:
     execute(planned, options.jobs)
     command = "fedlight sweep " + " ".join(argv)
     path = write_results(sweep, planned, out, command, time.perf_counter() - started,
-                         _cpu_seconds() - cpu_started)
+                         cpu_seconds() - cpu_started)
     print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)

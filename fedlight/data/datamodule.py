@@ -427,9 +427,12 @@ class FederatedDataModule(L.LightningDataModule):
             raise IndexError(f"client {client_id} does not exist; valid: 0..{len(splits) - 1}")
         return splits[client_id]
 
+    def _train_index(self, client_id: int) -> Tensor:
+        return torch.from_numpy(self._check_client(client_id).train)
+
     def client_train(self, client_id: int) -> tuple[Tensor, Tensor]:
         """``(x, y)`` of a client's training split."""
-        index = torch.from_numpy(self._check_client(client_id).train)
+        index = self._train_index(client_id)
         return self.pool_x[index], self.pool_y[index]
 
     def client_train_size(self, client_id: int) -> int:
@@ -465,7 +468,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     def class_counts(self, client_id: int) -> Tensor:
         """Label counts of a client's training split, shape ``(num_classes,)``."""
-        labels = self.pool_y[torch.from_numpy(self._check_client(client_id).train)]
+        labels = self.pool_y[self._train_index(client_id)]
         return torch.bincount(labels, minlength=self.num_classes).float()
 
     def client(self, client_id: int) -> ClientDataModule:
