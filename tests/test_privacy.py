@@ -260,3 +260,21 @@ def test_cli_names_the_new_form_of_moved_dp_and_dlg_options(tmp_path, capsys):
             main(["fit", "-c", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), *argv])
         assert exit_info.value.code == 2
         assert f"error: trainer.{name} moved: use " in capsys.readouterr().err
+
+
+def test_the_dlg_probe_gives_the_same_value_with_one_or_two_processes(tmp_path):
+    """Client 0 belongs to rank 1 on this split: the probe runs where the client lives."""
+    from fedlight.federation.distributed import balanced_owners
+
+    split = dict(partition="dirichlet", beta=0.5)
+    data = tiny_data(**split)
+    data.setup("fit")
+    assert balanced_owners([data.client_train_size(i) for i in range(4)], 2)[0] == 1
+    values = []
+    for devices, strategy in ((1, "auto"), (2, "ddp_fork")):
+        trainer = tiny_trainer(tmp_path / str(devices), rounds=1, threads=1, devices=devices,
+                               strategy=strategy,
+                               probes=[DLGProbe(options={"iterations": 5})])
+        trainer.fit(make_client(), tiny_data(**split))
+        values.append(trainer.history[-1]["dlg_psnr"])
+    assert values[0] == pytest.approx(values[1], rel=1e-6)

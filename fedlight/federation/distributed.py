@@ -218,6 +218,13 @@ class Distributed:
             raise payload
         return payload
 
+    def from_owner(self, client_id: int, compute: Callable[[], Any]) -> Any:
+        """``compute()`` run by the process that owns ``client_id``, on every process."""
+        if not self.active:
+            return compute()
+        mine = {client_id: compute()} if self.owns(client_id) else {}
+        return self.gather_by_client(mine)[client_id]
+
     def share_checkpoint(self, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Rank 0 runs ``load()`` (so only rank 0 needs to see the file); every rank gets the
         checkpoint with its per-client entries (:data:`PER_CLIENT_KEYS`) cut down to the

@@ -39,7 +39,7 @@ from fedlight.federation.launch import (
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format, check_memory_format, on_device
 from fedlight.federation.outputs import LoggerName, normalize_loggers
-from fedlight.federation.population import Population
+from fedlight.federation.population import Population, seed_global_rngs
 from fedlight.federation.precision import ClientGradScale, precision_hint
 from fedlight.federation.probes import Probe
 from fedlight.federation.protocol import ClientEngine, OwnedClients, RoundGradScale, RoundProtocol
@@ -320,7 +320,9 @@ class FederatedTrainer(RunCheckpoints):
 
     def load_client(self, client_id: int, round_idx: int) -> FederatedClient:
         """The live module loaded as client ``client_id`` about to train in ``round_idx`` (its
-        download and private state, train mode, ``on_round_start`` called); for probes."""
+        download and private state, train mode, ``on_round_start`` called, the global random
+        generators seeded as for its training); for probes, on the process that owns it."""
+        seed_global_rngs(derive_seed(self.seed, round_idx, client_id), self.fabric.device)
         shared, message = self.server.download(client_id)
         self.population.start_training(self.client, client_id, round_idx, shared, message)
         return self.client

@@ -403,12 +403,12 @@ class DLGProbe(Probe):
     def on_round_end(self, trainer: Any, round_idx: int) -> dict[str, float]:
         if (round_idx + 1) % self.every:
             return {}
-        value = None
-        if trainer.dist.is_writer:  # client 0 belongs to rank 0
+        def leakage() -> float:  # on the process that owns client 0, whichever it is
             client = trainer.load_client(0, round_idx + 1)
-            value = client_leakage(client, trainer.population.train_data[0], self.batches,
-                                   seed=derive_seed(trainer.seed, round_idx, 0), **self.options)
-        return {"dlg_psnr": trainer.dist.broadcast(value)}
+            return client_leakage(client, trainer.population.train_data[0], self.batches,
+                                  seed=derive_seed(trainer.seed, round_idx, 0), **self.options)
+
+        return {"dlg_psnr": trainer.dist.from_owner(0, leakage)}
 
 
 def _leakage_options() -> set[str]:
