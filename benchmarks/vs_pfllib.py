@@ -18,18 +18,30 @@ https://github.com/TsingZ0/PFLlib``; nothing of PFLlib is shipped with fedlight)
    speed-up: with ``--repeats N`` the two run in turn N times and the ratio is taken pair by
    pair (its median, smallest and largest), which holds when the machine's speed drifts.
 
-PFLlib evaluates before each round's training, for rounds 0..R of ``-gr R``, and trains R + 1
-rounds (the last one unevaluated); fedlight evaluates after each of its R rounds. PFLlib has no
-seed option: its initialization differs from fedlight's, so single runs differ by seed noise.
+Equal training: PFLlib's ``-gr N`` trains N + 1 rounds (``range(global_rounds + 1)`` in its
+servers), evaluating before each round's training, so for R rounds PFLlib gets ``-gr R-1``:
+both train R rounds and evaluate R times (PFLlib the states after 0..R-1 rounds, fedlight
+after 1..R; PFLlib's last trained round is never scored). PFLlib has no seed option: its
+initialization differs from fedlight's, so single runs differ by seed noise.
+
+Each ``--variant LABEL=OPTIONS`` is one way of running fedlight (e.g. its defaults, and one
+process); every repeat runs each variant and PFLlib once, in turn, and each variant is paired
+with that repeat's PFLlib run. ``--raw FILE.csv`` records every process (method, repeat,
+library, variant, command, start time, load average at start, wall, CPU, best accuracy),
+rewritten after each one, so that a published figure can be recomputed from it.
 
     python benchmarks/vs_pfllib.py ../PFLlib --config configs/fedavg/mnist5k_dirichlet.yaml \\
         --rounds 40 --out benchmarks/results/vs_pfllib.md
+    python benchmarks/vs_pfllib.py ../PFLlib --methods FedAvg --repeats 3 \\
+        --variant defaults= --variant "one process=--trainer.devices=1" --raw pairs.csv
     python benchmarks/vs_pfllib.py ../PFLlib --methods GPFL FedPer --dry-run   # commands only
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
 import hashlib
 import json
 import math
@@ -147,11 +159,18 @@ def pfllib_command(method: Method, resolved: dict[str, Any], name: str, num_clie
     """PFLlib's ``main.py`` flags for the resolved fedlight configuration of one method."""
     model, trainer = resolved["model"]["init_args"], resolved["trainer"]
     return ["main.py", "-data", name, "-m", "CNN", "-algo", method.pfllib,
-            "-gr", str(trainer["rounds"]), "-lbs", str(trainer["batch_size"]),
+            "-gr", str(pfllib_rounds(trainer["rounds"])), "-lbs", str(trainer["batch_size"]),
             "-lr", str(model["lr"]), "-ls", str(trainer["local_epochs"]),
             "-jr", str(trainer["join_ratio"]), "-nc", str(num_clients),
             "-ncl", str(num_classes), "-eg", str(trainer["eval_every"]), "-dev", device,
             "-t", "1", *method.flags(model)]
+
+
+def pfllib_rounds(rounds: int) -> int:
+    """PFLlib's ``-gr`` for ``rounds`` training rounds: it trains ``-gr`` + 1."""
+    if rounds < 1:
+        raise SystemExit(f"error: --rounds must be at least 1, got {rounds}")
+    return rounds - 1
 
 
 def best_accuracy(stdout: str) -> float:
@@ -169,22 +188,60 @@ def best_accuracy(stdout: str) -> float:
 @dataclass(frozen=True)
 class Timing:
     """One whole process: wall seconds from start to exit, CPU seconds (user + system) of it
-    and every process it waited for, and its stdout."""
+    and every process it waited for, its stdout, when it started (UTC, ISO 8601) and the
+    machine's 1-minute load average then."""
 
     wall: float
     cpu: float
     stdout: str
+    started: str = ""
+    load: float = math.nan
 
 
 def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> Timing:
     """Run ``command`` to its end and time it (a failure is a one-line error)."""
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    load = os.getloadavg()[0]
     cpu_before, started = cpu_seconds(), time.perf_counter()
     done = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_before
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise SystemExit(f"error: {shlex.join(command)} failed ({done.returncode}): {tail[0]}")
-    return Timing(wall, cpu, done.stdout)
+    return Timing(wall, cpu, done.stdout, started_at, load)
+
+
+#: the columns of --raw, one row per timed process
+RAW_COLUMNS = ["method", "repeat", "library", "variant", "rounds", "started_utc",
+               "load_1min_at_start", "wall_s", "cpu_s", "best_accuracy", "command"]
+
+
+def raw_row(method: str, repeat: int, library: str, variant: str, rounds: int,
+            timing: Timing, accuracy: float, command: str) -> dict[str, Any]:
+    """One process of the comparison as --raw records it."""
+    return {"method": method, "repeat": repeat, "library": library, "variant": variant,
+            "rounds": rounds, "started_utc": timing.started,
+            "load_1min_at_start": f"{timing.load:.2f}", "wall_s": f"{timing.wall:.2f}",
+            "cpu_s": f"{timing.cpu:.2f}", "best_accuracy": f"{accuracy:.6f}",
+            "command": command}
+
+
+def write_raw(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Every process so far, as CSV (written whole each time: a stopped run keeps its rows)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RAW_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def parse_variant(entry: str) -> tuple[str, list[str]]:
+    """``LABEL=OPTIONS`` (options split as a shell would) -> (label, options)."""
+    label, sep, options = entry.partition("=")
+    if not sep or not label.strip() or label.startswith("-"):  # an option without a label
+        raise SystemExit(f"error: --variant {entry!r}: expected LABEL=OPTIONS, e.g. "
+                         "'one process=--trainer.devices=1' (OPTIONS may be empty)")
+    return label.strip(), shlex.split(options)
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
@@ -199,8 +256,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         fast, slow = row["fedlight_time"], row["pfllib_time"]
         ratios = [b.wall / a.wall for a, b in zip(fast, slow, strict=True)]
         spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        label = f"{row['method']}, {row['variant']}" if row.get("variant") else row["method"]
         lines.append(
-            f"| {row['method']} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
+            f"| {label} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | "
             f"{median(fast, 'wall'):.1f} | {median(slow, 'wall'):.1f} | "
             f"{median(fast, 'cpu'):.1f} | {median(slow, 'cpu'):.1f} | "
             f"{statistics.median(ratios):.2f}x{spread} |")
@@ -227,12 +285,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="change the config for both libraries, e.g. "
                         "data.max_client_samples=300 (the exported split follows it)")
     parser.add_argument("--fedlight-args", nargs="*", default=[],
-                        help="more fedlight fit options, e.g. --trainer.devices=auto")
+                        help="more fedlight fit options for every variant, e.g. "
+                        "--trainer.devices=auto")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=OPTIONS",
+                        help="a way of running fedlight, paired with the same PFLlib runs "
+                        "(repeatable), e.g. defaults= and 'one process=--trainer.devices=1'; "
+                        "default: one variant with --fedlight-args alone")
     parser.add_argument("--device", default="cpu", help="PFLlib's -dev (fedlight: the config's "
                         "trainer.accelerator)")
     parser.add_argument("--pfllib-python", default=sys.executable,
                         help="interpreter of PFLlib's environment")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
+    parser.add_argument("--raw", type=Path, default=None,
+                        help="write every timed process here as CSV (see RAW_COLUMNS)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     main_py = check_checkout(args.pfllib)
@@ -260,30 +325,47 @@ def main(argv: list[str] | None = None) -> None:
     info = {"num_clients": data.num_clients, "num_classes": data.num_classes}
     if (folder / "config.json").is_file():
         info.update(json.loads((folder / "config.json").read_text()))
-    rows = []
+    variants = [parse_variant(v) for v in args.variant] or [("", [])]
+    rows: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as runs:
         for label in args.methods:
             method = METHODS[label]
             ours = fedlight_arguments(method, config, folder, args.rounds, args.threads,
                                       [*trainer_changes, *args.fedlight_args])
-            ours.append(f"--trainer.default_root_dir={runs}")
-            ours.append(f"--trainer.run_name={label}")
-            resolved = resolve_arguments(ours, label)
+            ours += [f"--trainer.default_root_dir={runs}", f"--trainer.run_name={label}"]
+            # the `fedlight` command as a user runs it; a variant's options come last and win
+            fits = {variant: [sys.executable, "-m", "fedlight", "fit", *ours, *options]
+                    for variant, options in variants}
             theirs = [args.pfllib_python, *pfllib_command(
-                method, resolved, name, info["num_clients"], info["num_classes"], args.device)]
-            fit = [sys.executable, "-m", "fedlight", "fit", *ours]  # the `fedlight` command
+                method, resolve_arguments(ours, label), name, info["num_clients"],
+                info["num_classes"], args.device)]
+            in_pfllib = f"(cd {main_py.parent} && {shlex.join(theirs)})"
             if args.dry_run:
-                print(shlex.join(fit), f"\n(cd {main_py.parent} && {shlex.join(theirs)})")
+                print(*(shlex.join(fit) for fit in fits.values()), in_pfllib, sep="\n")
                 continue
-            row: dict[str, Any] = {"method": label, "fedlight_time": [], "pfllib_time": []}
-            for _ in range(args.repeats):
-                shutil.rmtree(Path(runs) / label, ignore_errors=True)
-                row["fedlight_time"].append(timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)}))
-                row["pfllib_time"].append(timed(theirs, main_py.parent, env))
-            summary = json.loads((Path(runs) / label / "summary.json").read_text())
-            row.update(fedlight=summary["best_personalized_accuracy"],
-                       pfllib=best_accuracy(row["pfllib_time"][-1].stdout))
-            rows.append(row)
+            method_rows = {variant: {"method": label, "variant": variant, "fedlight_time": [],
+                                     "pfllib_time": []} for variant in fits}
+            for repeat in range(args.repeats):
+                for variant, fit in fits.items():
+                    shutil.rmtree(Path(runs) / label, ignore_errors=True)
+                    timing = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+                    summary = json.loads((Path(runs) / label / "summary.json").read_text())
+                    accuracy = summary["best_personalized_accuracy"]
+                    method_rows[variant]["fedlight_time"].append(timing)
+                    method_rows[variant]["fedlight"] = accuracy
+                    records.append(raw_row(label, repeat, "fedlight", variant, args.rounds,
+                                           timing, accuracy, shlex.join(fit)))
+                timing = timed(theirs, main_py.parent, env)
+                accuracy = best_accuracy(timing.stdout)
+                for row in method_rows.values():
+                    row["pfllib_time"].append(timing)
+                    row["pfllib"] = accuracy
+                records.append(raw_row(label, repeat, "PFLlib", "", args.rounds, timing,
+                                       accuracy, in_pfllib))
+                if args.raw:
+                    write_raw(args.raw, records)
+            rows += method_rows.values()
             print(table(rows).splitlines()[-1], flush=True)
     if args.dry_run:
         return
@@ -292,7 +374,9 @@ def main(argv: list[str] | None = None) -> None:
         f"## fedlight vs PFLlib on one split ({name}, {args.rounds} rounds)", "",
         f"`python benchmarks/vs_pfllib.py {given}`",
         "", f"torch threads: {args.threads or 'each library default'}; fedlight options "
-        f"{' '.join(args.fedlight_args) or '(none)'}; PFLlib device {args.device}; wall and CPU "
+        f"{' '.join(args.fedlight_args) or '(none)'}; variants "
+        f"{'; '.join(args.variant) or '(one)'}; PFLlib device {args.device}; PFLlib's -gr "
+        f"{pfllib_rounds(args.rounds)} (it trains -gr + 1 rounds); wall and CPU "
         f"= the median over {args.repeats} run(s) of each whole process from start to exit "
         "(import, data, training, evaluation; CPU = user + system of it and its children), "
         "the two libraries in turn; speed-up = the median of the pairs' wall ratios.", "",

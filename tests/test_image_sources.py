@@ -16,7 +16,8 @@ from fedlight.data import FederatedDataModule
 from fedlight.data.images import to_source
 from fedlight.data.sources import SOURCES, _from_arrays, load_source
 
-CIFAR10_PNG = Path(os.environ.get("FEDLIGHT_CIFAR10_PNG", "/work/shared/data/cifar10"))
+# The shared data sit beside the repository (CI provides them there): ../shared/data/cifar10.
+CIFAR10_PNG = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
 
 
 @pytest.fixture(autouse=True)
@@ -247,7 +248,7 @@ def channel_stats(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def real_cifar10(tmp_path_factory):
     """The 60,000 CIFAR-10 PNGs through imagefolder, decoded once for the session."""
     if not (CIFAR10_PNG / "train").is_dir():
-        pytest.skip(f"no CIFAR-10 PNG folder at {CIFAR10_PNG} (set FEDLIGHT_CIFAR10_PNG)")
+        pytest.skip(f"no CIFAR-10 PNG folder at {CIFAR10_PNG}")
     folder = tmp_path_factory.mktemp("cifar10-cache")
     previous = os.environ.get("FEDLIGHT_CACHE")
     os.environ["FEDLIGHT_CACHE"] = str(folder)

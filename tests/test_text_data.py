@@ -181,7 +181,9 @@ def test_har_stacks_nine_channels_and_numbers_subjects(tmp_path):
     assert data.y_train.tolist() == [0, 1, 2, 3, 4, 5] * 2 and data.num_classes == 6
     assert data.group_names == ["1", "2", "3"]
     assert data.groups_train.tolist() == [0] * 6 + [2] * 6 and set(data.groups_test) == {1}
-    assert load_source("har", root=root / "UCI HAR Dataset") is not data  # either folder works
+    inner = load_source("har", root=root / "UCI HAR Dataset")  # either folder works
+    assert torch.equal(inner.x_train, data.x_train) and torch.equal(inner.y_train, data.y_train)
+    assert torch.equal(inner.x_test, data.x_test) and inner.group_names == data.group_names
 
 
 def test_har_wrong_column_count_names_file_and_line(tmp_path):

@@ -1,10 +1,13 @@
 """benchmarks/vs_pfllib.py without PFLlib: the flags it gives PFLlib carry fedlight's resolved
-hyper-parameters, PFLlib's printed best accuracy is read back, and bad checkouts / shapes are
+hyper-parameters and as many training rounds (PFLlib trains -gr + 1), PFLlib's printed best
+accuracy is read back, every timed process is recorded, and bad checkouts / shapes are
 one-line errors."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -45,8 +48,9 @@ def test_pfllib_flags_carry_the_resolved_fedlight_hyperparameters(tmp_path, labe
     command = vs_pfllib.pfllib_command(method, resolved, "MNIST_x", 3, 10, "cpu")
     given = flags(command)
     assert command[0] == "main.py" and given["-data"] == "MNIST_x" and given["-m"] == "CNN"
+    # 7 rounds: PFLlib's -gr 6, since it trains range(global_rounds + 1)
     assert (given["-gr"], given["-lbs"], given["-lr"], given["-ls"], given["-jr"],
-            given["-nc"], given["-ncl"], given["-eg"]) == ("7", "10", "0.005", "1", "1.0", "3",
+            given["-nc"], given["-ncl"], given["-eg"]) == ("6", "10", "0.005", "1", "1.0", "3",
                                                             "10", "1")
     assert expected.items() <= given.items()
     assert resolved["data"]["source"] == "pfllib"
@@ -81,7 +85,9 @@ def test_dry_run_prints_both_commands_for_every_method(tmp_path, capsys):
                     "--methods", "FedAvg", "FedProto", "--dry-run"])
     out = capsys.readouterr().out
     assert "export-partition" in out and "MNIST_fedlight_config" in out
-    assert out.count("-m fedlight fit") == 2 and "-algo FedProto -gr 3" in out
+    assert out.count("-m fedlight fit") == 2 and "-algo FedProto -gr 2 " in out  # 3 rounds
+    with pytest.raises(SystemExit, match="--rounds must be at least 1, got 0"):
+        vs_pfllib.pfllib_rounds(0)
 
 
 def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsys):
@@ -118,3 +124,53 @@ def test_timed_counts_the_cpu_of_the_process_and_its_children(tmp_path):
            "'sum(i * i for i in range(3_000_000))'])"
     timing = vs_pfllib.timed([sys.executable, "-c", burn], tmp_path, {})
     assert timing.cpu > 0.1 and timing.wall >= timing.cpu * 0.5
+
+
+def _fake_processes(monkeypatch):
+    """timed() without processes: a fedlight fit writes its summary.json (best accuracy 0.5),
+    PFLlib prints 0.25; walls and CPU seconds are fixed per library."""
+    def fake(command, cwd, env):
+        options = dict(arg.split("=", 1) for arg in command if arg.startswith("--trainer."))
+        if "fit" in command:
+            folder = Path(options["--trainer.default_root_dir"]) / options["--trainer.run_name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "summary.json").write_text(json.dumps({"best_personalized_accuracy": 0.5}))
+            wall = 50.0 if "--trainer.devices=1" not in command else 80.0
+            return vs_pfllib.Timing(wall, wall * 1.8, "", "2026-01-01T00:00:00+00:00", 1.25)
+        if "export-partition" in command:
+            return vs_pfllib.Timing(1.0, 1.0, "")
+        return vs_pfllib.Timing(100.0, 200.0, "Best accuracy.\n0.25\n", "t", 1.5)
+    monkeypatch.setattr(vs_pfllib, "timed", fake)
+
+
+def test_variants_share_pfllibs_runs_and_every_process_is_recorded(tmp_path, monkeypatch,
+                                                                   capsys):
+    config = checkout_and_config(tmp_path)
+    _fake_processes(monkeypatch)
+    raw = tmp_path / "results" / "pairs.csv"
+    vs_pfllib.main([str(tmp_path / "PFLlib"), "--config", str(config), "--rounds", "3",
+                    "--methods", "FedAvg", "--repeats", "2", "--variant", "defaults=",
+                    "--variant", "one process=--trainer.devices=1", "--raw", str(raw)])
+    rows = list(csv.DictReader(raw.open()))
+    assert list(rows[0]) == vs_pfllib.RAW_COLUMNS
+    # each repeat: both fedlight variants, then one PFLlib run that both are paired with
+    assert [(r["repeat"], r["library"], r["variant"]) for r in rows] == [
+        ("0", "fedlight", "defaults"), ("0", "fedlight", "one process"), ("0", "PFLlib", ""),
+        ("1", "fedlight", "defaults"), ("1", "fedlight", "one process"), ("1", "PFLlib", "")]
+    assert [r["wall_s"] for r in rows[:3]] == ["50.00", "80.00", "100.00"]
+    assert [r["best_accuracy"] for r in rows[:3]] == ["0.500000", "0.500000", "0.250000"]
+    assert rows[0]["load_1min_at_start"] == "1.25" and rows[2]["cpu_s"] == "200.00"
+    assert rows[1]["command"].endswith("--trainer.devices=1")
+    assert "main.py" in rows[2]["command"] and "-gr 2 " in rows[2]["command"]
+    assert all(r["rounds"] == "3" for r in rows)
+    table = capsys.readouterr().out
+    assert "| FedAvg, defaults | 50.00 | 25.00 | +25.00 | 50.0 | 100.0 |" in table
+    assert "| FedAvg, one process | 50.00 | 25.00 | +25.00 | 80.0 | 100.0 |" in table
+    assert "2.00x (2.00-2.00)" in table and "1.25x (1.25-1.25)" in table
+
+
+def test_a_variant_without_a_label_is_a_one_line_error():
+    with pytest.raises(SystemExit, match="expected LABEL=OPTIONS"):
+        vs_pfllib.parse_variant("--trainer.devices=1")
+    assert vs_pfllib.parse_variant("one process=--trainer.devices=1 --trainer.threads=1") == (
+        "one process", ["--trainer.devices=1", "--trainer.threads=1"])
