@@ -13,19 +13,28 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
 from fedlight.compat import FedlightHelpFormatter, ParserError, read_parser_error
+from fedlight.core.errors import FedlightError
 
 DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
 
 
-class UsageError(Exception):
-    """A command line the parser refused (unknown option, bad value, missing file)."""
+class UsageError(FedlightError):
+    """A command line the parser refused (unknown option, bad value, missing file).
+
+    ``config_files``: the config files (``-c``) of the refused command line, so that an option
+    a file names can be traced to the file."""
+
+    def __init__(self, message: str, config_files: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.config_files = tuple(config_files)
 
 
 class FedlightParser(LightningArgumentParser):
@@ -60,12 +69,49 @@ class FedlightParser(LightningArgumentParser):
             self.groups[method_name].title = "run options"
         return added
 
+    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Any:
+        """jsonargparse's parse_args, remembering the config files the arguments name."""
+        self.config_files = config_files(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, *more, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
-        raise UsageError(message) from ex
+        raise UsageError(message, getattr(self, "config_files", ())) from ex
+
+
+def config_files(args: Any) -> list[str]:
+    """The files of the ``-c`` / ``--config`` arguments of a command line."""
+    if not isinstance(args, (list, tuple)):
+        return []
+    args = [str(a) for a in args]
+    files = [value for flag, value in zip(args, args[1:], strict=False)
+             if flag in ("-c", "--config")]
+    return files + [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+
+
+def file_naming(key: str, files: Iterable[str]) -> str | None:
+    """The last of ``files`` (a later file overrides an earlier one) whose YAML holds the
+    dotted option ``key`` (``data.bta``), or None."""
+    import yaml
+
+    found = None
+    for file in files:
+        try:
+            node: Any = yaml.safe_load(Path(file).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for part in key.split("."):
+            if part == "init_args" and isinstance(node, dict) and part not in node:
+                continue  # the YAML may leave out init_args
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            found = file
+    return found
 
 
 #: Exceptions that are the user's to fix: printed in one line, no traceback.
-USER_ERRORS = (UsageError, ValueError, FileNotFoundError, FloatingPointError)
+USER_ERRORS = (UsageError, FedlightError, ValueError, FileNotFoundError, FloatingPointError)
 
 
 def debugging() -> bool:
@@ -92,6 +138,9 @@ def user_message(error: BaseException) -> str:
     if parsed.missing_file:
         return f"config file {parsed.missing_file} does not exist"
     prefix = f"{key}: " if key else ""
+    file = file_naming(parsed.unknown_option or "", getattr(error, "config_files", ()))
+    if file is not None:  # an option of a YAML file: say which file
+        prefix = f"{file}: {prefix}"
     if parsed.choices is not None:
         return (f"{prefix}got {parsed.value!r}; valid: {', '.join(parsed.choices)}"
                 + did_you_mean(parsed.value or "", parsed.choices))

@@ -195,3 +195,29 @@ def test_every_form_of_trainer_logger_is_still_accepted(value, loggers, tmp_path
     config = read_config(DIRICHLET, ["--trainer.logger", value,
                                      "--trainer.default_root_dir", str(tmp_path)])
     assert config.trainer.loggers == loggers
+
+
+def test_a_typo_in_a_yaml_file_names_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("data:\n  bta: 0.1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, "-c", str(typo)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert str(typo) in err and "'data.bta'" in err and "did you mean 'data.beta'?" in err
+
+
+@pytest.mark.parametrize("option, value", [
+    ("rounds", "0"), ("local_epochs", "0"), ("batch_size", "0"), ("eval_every", "0"),
+    ("eval_batch_size", "0"), ("checkpoint_every", "0"), ("workers_per_device", "0"),
+    ("join_ratio", "0"), ("drop_rate", "1.5"), ("threads", "0"), ("batched_clients", "0"),
+    ("gradient_clip_val", "-1"), ("strategy", "fsdp"), ("precision", "64-true")])
+def test_a_bad_trainer_value_names_its_option(option, value, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, f"--trainer.{option}", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.{option}") and value in err, err

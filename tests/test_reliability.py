@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import yaml
 
 from fedlight.cli import main
 from fedlight.clients import FedAvg
+from fedlight.core import files
 from fedlight.federation.checkpoint import load_checkpoint
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
@@ -287,3 +289,121 @@ def test_export_partition_records_the_runs_partition_and_batch_size(tmp_path):
         exported = json.loads((tmp_path / out / "config.json").read_text())
         assert exported["partition"] == "iid" and exported["alpha"] is None
         assert exported["batch_size"] == 16  # trainer.batch_size of the config
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_and_changes_nothing(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    config = tiny_config(tmp_path, tmp_path / "runs", rounds=2)
+    main(["fit", "-c", config])
+    (run,) = (tmp_path / "runs").iterdir()
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:checkpoint.stat().st_size // 2])
+    before = _files(run)
+    capsys.readouterr()
+    for argv in (["fit", "-c", config, "--trainer.rounds", "3", "--ckpt_path", "last"],
+                 ["test", "-c", config]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+        assert str(checkpoint) in err and "damaged" in err and "--ckpt_path" in err
+        assert _files(run) == before
+
+
+class _FullDisk:
+    """A file on a full disk: the first write stores a few bytes, then fails as the OS does."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def write(self, data):
+        self.handle.write(bytes(data)[:16])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_the_previous_checkpoint(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    config = tiny_config(tmp_path, tmp_path / "runs", rounds=3, checkpoint_every=1)
+    checkpoints = []
+
+    def open_on_a_full_disk(file, mode="r", *args, **kwargs):
+        handle = open(file, mode, *args, **kwargs)
+        if Path(file).name == ".last.ckpt.tmp":
+            checkpoints.append(file)
+            if len(checkpoints) == 2:  # round 2's checkpoint finds the disk full
+                return _FullDisk(handle)
+        return handle
+
+    monkeypatch.setattr(files, "open", open_on_a_full_disk, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", config])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    (run,) = (tmp_path / "runs").iterdir()
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "full" in err and str(run / "checkpoints") in err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert load_checkpoint(run / "checkpoints" / "last.ckpt")["rounds_done"] == 1
+
+
+def test_a_run_never_shares_the_folder_another_run_claimed_at_the_same_instant(
+        tmp_path, monkeypatch):
+    """Another run creates the folder right after this run first looks at it (the window
+    where check-then-create loses): this run must take the next version."""
+    runs = tmp_path / "runs"
+    taken = runs / "fedavg-synthetic-iid-s0"
+    real_exists, real_mkdir = Path.exists, Path.mkdir
+    claimed = []
+
+    def other_run_claims():
+        if not claimed:
+            claimed.append(True)
+            real_mkdir(taken, parents=True)
+            (taken / "metrics.csv").write_text("the other run's rows\n")
+
+    def exists(self, *args, **kwargs):
+        found = real_exists(self, *args, **kwargs)
+        if self == taken:
+            other_run_claims()
+        return found
+
+    def mkdir(self, *args, **kwargs):
+        if self == taken:
+            other_run_claims()
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    main(["fit", "-c", tiny_config(tmp_path, runs, rounds=1)])
+    assert claimed
+    assert (taken / "metrics.csv").read_text() == "the other run's rows\n"
+    assert len(rows(runs / "fedavg-synthetic-iid-s0-v2")) == 1
+
+
+def test_a_two_process_start_prints_no_banner_of_the_process_group(tmp_path):
+    config = tiny_config(tmp_path, tmp_path / "runs", rounds=1, threads=1, verbose=False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", "-c", config,
+                           "--trainer.devices", "2", "--trainer.strategy", "ddp_fork"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for banner in ("distributed_backend=", "All distributed processes", "-" * 100):
+        assert banner not in done.stdout + done.stderr
+    assert len(rows(tmp_path / "runs" / "fedavg-synthetic-iid-s0")) == 1

@@ -10,7 +10,7 @@ so a crash or power cut leaves either the old or the new checkpoint, whole.
 from __future__ import annotations
 
 import json
-import os
+import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from fedlight.core.errors import ConfigError, DamagedFileError
+from fedlight.core.files import atomic_write
 from fedlight.federation.server.base import ServerRule, move
 
 CHECKPOINT_VERSION = 2
@@ -62,11 +64,28 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by save_checkpoint (CPU tensors)."""
-    checkpoint: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    """Read a checkpoint written by save_checkpoint (CPU tensors).
+
+    Raises:
+        DamagedFileError: the file is not a whole fedlight checkpoint (e.g. truncated).
+        ConfigError: it was written by a fedlight with another checkpoint format.
+    """
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, OSError) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise DamagedFileError(
+            f"checkpoint {str(path)!r} is damaged and cannot be read ({reason}); give another "
+            "checkpoint file with --ckpt_path, or start the run again without ckpt_path"
+        ) from error
+    if not isinstance(checkpoint, dict):
+        raise DamagedFileError(f"{str(path)!r} is not a fedlight checkpoint; give a checkpoint "
+                               "file written by fedlight with --ckpt_path")
     if checkpoint.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
-                         f"this fedlight reads version {CHECKPOINT_VERSION}")
+        raise ConfigError(f"checkpoint {str(path)!r} has version {checkpoint.get('version')}; "
+                          f"this fedlight reads version {CHECKPOINT_VERSION}")
     return checkpoint
 
 
@@ -130,18 +149,8 @@ def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any
 
 
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
-    """Write obj to path durably: temporary file, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        torch.save({**obj, "version": CHECKPOINT_VERSION}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    """Write obj to path durably and atomically (:func:`fedlight.core.files.atomic_write`)."""
+    atomic_write(path, lambda stream: torch.save({**obj, "version": CHECKPOINT_VERSION}, stream))
 
 
 __all__ = [

@@ -92,13 +92,16 @@ class RunCheckpoints:
         (last.ckpt by default; best.ckpt for a new best round on validation)."""
         names = names or [LAST]
         population = self.population.checkpoint()  # a collective: every rank takes part
-        if self.dist.is_writer:
+
+        def write() -> None:
             state = run_checkpoint(
                 rounds_done, type(self.client).__name__, self.server, population,
                 grad_scale=self.grad_scale.value, history=self.history, totals=self.totals,
                 config=self._hyperparameters())
             for name in names:
                 self.writer.save_checkpoint(state, name)
+
+        self.dist.from_writer(write)  # a failed write (a full disk) stops every rank
         if LAST in names:
             self.rounds_saved = rounds_done
 

@@ -48,13 +48,14 @@ class FederatedDDPStrategy(DDPStrategy):
 def check_scale_options(strategy: str, drop_rate: float, client_state_storage: str) -> None:
     """Raise ``ValueError`` naming the bad value of the trainer's scale-out options."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)} (the "
-                         "sharding strategies split ONE model across devices; fedlight runs "
-                         "different clients on different processes)")
+        raise ValueError(f"trainer.strategy: unknown strategy {strategy!r}; valid: "
+                         f"{', '.join(STRATEGIES)} (the sharding strategies split ONE model "
+                         "across devices; fedlight runs different clients on different processes)")
     if not 0 <= drop_rate < 1:
-        raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
+        raise ValueError(f"trainer.drop_rate must be in [0, 1), got {drop_rate}")
     if client_state_storage not in STORAGES:
-        raise ValueError(f"unknown client_state_storage {client_state_storage!r}; valid: "
+        raise ValueError(f"trainer.client_state_storage: unknown storage {client_state_storage!r}; "
+                         "valid: "
                          f"{', '.join(STORAGES)}")
 
 
@@ -69,7 +70,7 @@ def check_precision(precision: str) -> str:
     """Return ``precision`` when it is one of :data:`PRECISIONS`, else raise ``ValueError``
     naming it and the valid values."""
     if str(precision) not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not supported; valid: "
+        raise ValueError(f"trainer.precision {precision!r} is not supported; valid: "
                          f"{', '.join(PRECISIONS)} (fedlight trains float32 weights; the "
                          "'-true' half / double precisions and transformer-engine do not run)")
     return str(precision)
@@ -85,7 +86,8 @@ def check_threads(threads: int | str | None) -> int | str | None:
     valid = threads in THREAD_RULES or (isinstance(threads, int) and not isinstance(threads, bool)
                                         and threads >= 1)
     if not valid:
-        raise ValueError(f"threads must be 'auto', None or an integer >= 1, got {threads!r}")
+        raise ValueError(f"trainer.threads must be 'auto', None or an integer >= 1, got "
+                         f"{threads!r}")
     return threads
 
 
@@ -274,8 +276,11 @@ def launch(trainer: Any, method: str, *args: Any) -> Any:
 
 #: Loggers of Fabric's process-group set-up lines ("Initializing distributed: GLOBAL_RANK...",
 #: the "All distributed processes registered" banner): fedlight's own output says what runs.
+#: The banner goes through Lightning's rank-zero logger, which is Fabric's or, once
+#: lightning.pytorch is imported (the fedlight command imports it), PyTorch Lightning's.
 PROCESS_GROUP_LOGGERS = ("lightning.fabric.utilities.distributed",
-                         "lightning.fabric.utilities.rank_zero")
+                         "lightning.fabric.utilities.rank_zero",
+                         "lightning.pytorch.utilities.rank_zero")
 
 
 @contextlib.contextmanager

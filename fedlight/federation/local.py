@@ -159,13 +159,13 @@ class LocalLoop:
                  gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
                  optimizer_state: str = "fresh") -> None:
         if optimizer_state not in OPTIMIZER_STATES:
-            raise ValueError(f"unknown optimizer_state {optimizer_state!r}; valid: "
-                             f"{', '.join(OPTIMIZER_STATES)}")
+            raise ValueError(f"trainer.optimizer_state: unknown state {optimizer_state!r}; "
+                             f"valid: {', '.join(OPTIMIZER_STATES)}")
         if gradient_clip_algorithm not in CLIP_ALGORITHMS:
-            raise ValueError(f"unknown gradient_clip_algorithm {gradient_clip_algorithm!r}; "
-                             f"valid: {', '.join(CLIP_ALGORITHMS)}")
+            raise ValueError(f"trainer.gradient_clip_algorithm: unknown algorithm "
+                             f"{gradient_clip_algorithm!r}; valid: {', '.join(CLIP_ALGORITHMS)}")
         if gradient_clip_val is not None and gradient_clip_val <= 0:
-            raise ValueError(f"gradient_clip_val must be positive, got {gradient_clip_val}")
+            raise ValueError(f"trainer.gradient_clip_val must be positive, got {gradient_clip_val}")
         self.fabric = fabric
         self.batch_size = batch_size
         self.gradient_clip_val = gradient_clip_val

@@ -22,7 +22,8 @@ MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 def check_memory_format(value: str) -> str:
     """Return ``value`` when it is one of :data:`MEMORY_FORMATS`, else raise ``ValueError``."""
     if value not in MEMORY_FORMATS:
-        raise ValueError(f"unknown memory_format {value!r}; valid: {', '.join(MEMORY_FORMATS)}")
+        raise ValueError(f"trainer.memory_format: unknown memory format {value!r}; valid: "
+                         f"{', '.join(MEMORY_FORMATS)}")
     return value
 
 

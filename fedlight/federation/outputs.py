@@ -34,7 +34,8 @@ def normalize_loggers(logger: bool | str | Sequence[str]) -> list[str]:
         names = ["csv", *logger]
     for name in names:
         if name not in LOGGERS:
-            raise ValueError(f"unknown logger {name!r}; valid: {', '.join(LOGGERS)}")
+            raise ValueError(f"trainer.logger: unknown logger {name!r}; valid: "
+                             f"{', '.join(LOGGERS)}")
     return list(dict.fromkeys(names))
 
 

@@ -54,7 +54,7 @@ class RunWriter:
         if not self.dist.is_writer:  # other ranks learn rank 0's folder and write nothing
             self.folder = SilentRunFolder(self.dist.broadcast(None), [], "", self.wandb_project)
             return self.folder
-        path = resume_from.parent.parent if resume_from is not None else self._fresh_path()
+        path = resume_from.parent.parent if resume_from is not None else self._claim_fresh_folder()
         path = self.dist.broadcast(path)
         self.folder = RunFolder(path, self.loggers, self.group, self.wandb_project)
         if resume_from is None:
@@ -74,13 +74,19 @@ class RunWriter:
                              self.wandb_project)
         return self.folder
 
-    def _fresh_path(self) -> Path:
-        path = self.root / self.run_name
-        version = 2
-        while path.exists():
-            path = self.root / f"{self.run_name}-v{version}"
-            version += 1
-        return path
+    def _claim_fresh_folder(self) -> Path:
+        """Create and return the first free ``<run name>[-v<k>]`` folder. Creating is the
+        check (mkdir fails on a folder that exists), so two runs started at the same instant
+        never share one."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path, version = self.root / self.run_name, 2
+        while True:
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                path = self.root / f"{self.run_name}-v{version}"
+                version += 1
 
     def progress(self, rounds: int) -> RoundProgress:
         return RoundProgress(rounds, enabled=self.progress_bar and self.dist.is_writer)

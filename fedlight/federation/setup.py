@@ -37,11 +37,12 @@ def check_options(join_ratio: float, weighting: str, **counts: int) -> None:
     """Refuse a join ratio outside (0, 1], an unknown weighting and counts below 1."""
     for name, value in counts.items():
         if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+            raise ValueError(f"trainer.{name} must be at least 1, got {value}")
     if not 0 < join_ratio <= 1:
-        raise ValueError(f"join_ratio must be in (0, 1], got {join_ratio}")
+        raise ValueError(f"trainer.join_ratio must be in (0, 1], got {join_ratio}")
     if weighting not in WEIGHTINGS:
-        raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTINGS)}")
+        raise ValueError(f"trainer.weighting: unknown weighting {weighting!r}; valid: "
+                         f"{', '.join(WEIGHTINGS)}")
 
 
 def prepare_run(model: FederatedClient, datamodule: FederatedDataModule, seed: int,

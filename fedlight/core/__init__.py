@@ -1,0 +1,1 @@
+"""Contracts shared by every part of fedlight; this package imports nothing else of fedlight."""
