@@ -196,8 +196,15 @@ def flower(argv: list[str]) -> None:
     flower_main(argv)
 
 
+def analyze(argv: list[str]) -> None:
+    """``fedlight analyze ANALYSIS RUN_DIR``: a paper's figure from a finished run."""
+    from fedlight.analysis.command import main as analyze_main
+
+    analyze_main(argv)
+
+
 TOOLS = {"export-partition": export_partition, "report": report, "interpolate": interpolate,
-         "flower": flower, "sweep": sweep}
+         "flower": flower, "sweep": sweep, "analyze": analyze}
 
 #: One line per subcommand, in the order of ``fedlight --help``.
 COMMANDS = {
@@ -209,6 +216,7 @@ COMMANDS = {
     "export-partition": "write a run's or a config's split in PFLlib's folder layout",
     "interpolate": "the privatization paper's alpha/beta interpolation grid of a run",
     "flower": "run a config on Flower's simulation engine (fedlight flower CONFIG [overrides])",
+    "analyze": "the papers' figures from a finished run (fedlight analyze ANALYSIS RUN_DIR)",
 }
 
 

@@ -45,6 +45,35 @@ class ConditionalValve(nn.Module):
         return F.relu((gamma + 1) * features.unsqueeze(0) + beta)
 
 
+class PseudoFeatureExtractor(nn.Module):
+    """GPFL's pseudo feature extractor ``phi~ = phi o CoV`` on the global route (Sec. 3.3):
+    ``f~_G = CoV(phi(x), g)``, with ``g`` (the mean of the received GCE table) known to the
+    server. It holds the client's own ``phi`` and CoV (their parameters are the client's) and a
+    copy of ``g``."""
+
+    def __init__(self, encoder: nn.Module, cov: ConditionalValve | None, g: Tensor) -> None:
+        super().__init__()
+        self.encoder, self.cov = encoder, cov
+        self.register_buffer("g", g.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        features: Tensor = self.encoder(x)
+        return features if self.cov is None else self.cov(features, self.g[None])[0]
+
+
+class PseudoModel(PseudoFeatureExtractor):
+    """GPFL's pseudo model (Eq. 13): the logit of category ``u`` is ``sim(f~_G, GCE(u))``."""
+
+    def __init__(self, encoder: nn.Module, cov: ConditionalValve | None, g: Tensor,
+                 gce: nn.Embedding) -> None:
+        super().__init__(encoder, cov, g)
+        self.gce = gce
+
+    def forward(self, x: Tensor) -> Tensor:
+        features = F.normalize(super().forward(x), dim=1)
+        return features @ F.normalize(self.gce.weight, dim=1).T
+
+
 class GPFL(FederatedClient):
     """GPFL client (Zhang et al., ICCV 2023, arXiv:2308.10279).
 
@@ -191,6 +220,17 @@ class GPFL(FederatedClient):
     def has_global_model(self) -> bool:
         """GPFL has no global classifier: the head is private."""
         return False
+
+    def attack_surfaces(self) -> dict[str, nn.Module]:
+        """What a server holding the shared part can run as a model (GPFL Sec. 3.3, the
+        "-sfe" / "-sm" columns of Table 5): ``sfe``, the pseudo feature extractor, and ``sm``,
+        the pseudo model (with GCE), built on the client's current modules and ``g``."""
+        self._ensure_conditions()
+        surfaces: dict[str, nn.Module] = {
+            "sfe": PseudoFeatureExtractor(self.model.encoder, self.cov, self.g)}
+        if self.gce is not None:
+            surfaces["sm"] = PseudoModel(self.model.encoder, self.cov, self.g, self.gce)
+        return surfaces
 
     # ----------------------------------------------------------------- conditional inputs
     def class_shares(self) -> Tensor:

@@ -226,9 +226,15 @@ def check_image_inputs(x: Tensor, where: str = "this data") -> None:
 # ===================================================================== attacking a client
 def attack_surface(client: FederatedClient, surface: str) -> nn.Module:
     """The module ``Phi`` the server attacks: ``"encoder"`` (GPFL's "-fe": the backbone's
-    feature extractor ``client.model.encoder``) or ``"model"`` (the whole backbone,
-    ``client.model``, logits out)."""
-    _check_choice("surface", surface, SURFACES)
+    feature extractor ``client.model.encoder``), ``"model"`` (the whole backbone,
+    ``client.model``, logits out) or a surface the method names in its
+    ``attack_surfaces()`` (GPFL: ``"sfe"`` and ``"sm"``, its pseudo feature extractor and
+    pseudo model, Table 5), built from the client as it is loaded now."""
+    offered = getattr(client, "attack_surfaces", dict)()
+    _check_choice("surface", surface, [*SURFACES, *offered])
+    if surface in offered:
+        module: nn.Module = offered[surface]
+        return module
     return client.model.encoder if surface == "encoder" else client.model
 
 
@@ -258,8 +264,8 @@ def evaluate_client_leakage(
     Args:
         client: a :class:`~fedlight.clients.FederatedClient` ready to train.
         batch: ``(x, y)`` on the client's device.
-        surface: ``"encoder"``, ``"model"`` (see :func:`attack_surface`) or a module whose
-            parameters are the client's own (e.g. GPFL's pseudo feature extractor).
+        surface: a name :func:`attack_surface` knows (``"encoder"``, ``"model"``, GPFL's
+            ``"sfe"`` / ``"sm"``) or a module whose parameters are the client's own.
         iterations, lr, seed: of :func:`dlg_attack`.
         value_range: ``(lo, hi)`` of the input values (e.g. of the whole data set), mapped to
             [0, 1] for the PSNR; it also boxes the dummy input. ``None``: the batch's min and max.
@@ -302,6 +308,20 @@ def evaluate_client_leakage(
     return psnr(((recovered - lo) / span).clamp(0, 1), ((x - lo) / span).clamp(0, 1))
 
 
+def attacked_batches(train_data: tuple[Tensor, Tensor], batches: int, batch_size: int,
+                     seed: int) -> list[tuple[Tensor, Tensor]]:
+    """The batches :func:`client_leakage` attacks: ``batches`` batches of ``batch_size``
+    samples of ``train_data`` drawn without replacement with a generator seeded by ``seed``
+    (fewer where the data is short)."""
+    if batches < 1 or batch_size < 1:
+        raise ValueError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
+    x, y = train_data
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed)).to(x.device)
+    chosen = [order[i * batch_size:(i + 1) * batch_size]
+              for i in range(min(batches, max(1, len(x) // batch_size)))]
+    return [(x[index], y[index]) for index in chosen]
+
+
 def client_leakage(
     client: FederatedClient,
     train_data: tuple[Tensor, Tensor],
@@ -310,22 +330,32 @@ def client_leakage(
     seed: int = 0,
     **kwargs: object,
 ) -> float:
-    """Mean :func:`evaluate_client_leakage` PSNR over ``batches`` batches of ``batch_size``
-    samples drawn without replacement from ``train_data`` with a generator seeded by ``seed``;
-    the ``[0, 1]`` mapping uses the min and max of the whole ``train_data``. ``kwargs`` go to
-    :func:`evaluate_client_leakage`. Single-image batches (the default) are DLG's worst case
-    for the client; backbones with ``BatchNorm1d`` need ``batch_size >= 2`` in train mode."""
-    if batches < 1 or batch_size < 1:
-        raise ValueError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
-    x, y = train_data
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed)).to(x.device)
+    """Mean :func:`evaluate_client_leakage` PSNR over the :func:`attacked_batches` of
+    ``train_data``; the ``[0, 1]`` mapping uses the min and max of the whole ``train_data``.
+    ``kwargs`` go to :func:`evaluate_client_leakage`. Single-image batches (the default) are
+    DLG's worst case for the client; backbones with ``BatchNorm1d`` need ``batch_size >= 2``
+    in train mode."""
+    x = train_data[0]
     kwargs.setdefault("value_range", (float(x.min()), float(x.max())))
-    values = []
-    for index in range(min(batches, max(1, len(x) // batch_size))):
-        chosen = order[index * batch_size:(index + 1) * batch_size]
-        values.append(evaluate_client_leakage(client, (x[chosen], y[chosen]),
-                                              seed=seed + index, **kwargs))  # type: ignore[arg-type]
+    values = [evaluate_client_leakage(client, batch, seed=seed + index, **kwargs)  # type: ignore[arg-type]
+              for index, batch in enumerate(attacked_batches(train_data, batches, batch_size,
+                                                             seed))]
     return float(np.mean(values))
+
+
+def guess_leakage(train_data: tuple[Tensor, Tensor], batches: int = 1, batch_size: int = 1,
+                  seed: int = 0) -> dict[str, float]:
+    """The PSNR of two data-free guesses of the images :func:`client_leakage` attacks (same
+    batches, same ``[0, 1]`` mapping), the scale a leakage is read against: ``noise`` (uniform
+    noise, seeded by ``seed``) and ``black`` (all zeros; dark digits already score ~10 dB)."""
+    x = train_data[0]
+    lo, hi = float(x.min()), float(x.max())
+    real = [((batch - lo) / (hi - lo)).clamp(0, 1)
+            for batch, _ in attacked_batches(train_data, batches, batch_size, seed)]
+    generator = torch.Generator().manual_seed(seed)
+    noise = [torch.rand(batch.shape, generator=generator).to(batch.device) for batch in real]
+    return {"noise": float(np.mean([psnr(n, r) for n, r in zip(noise, real, strict=True)])),
+            "black": float(np.mean([psnr(torch.zeros_like(r), r) for r in real]))}
 
 
 def _client_names(client: nn.Module, phi: nn.Module) -> dict[str, str]:
@@ -381,10 +411,17 @@ class DLGProbe(Probe):
         batches: batches attacked each time (the PSNR is their mean).
         options: more :func:`client_leakage` options, e.g. ``{"surface": "model",
             "iterations": 300, "batch_size": 1}``; checked before training.
+        surface: the attacked module, by name (see :func:`attack_surface`: ``encoder``,
+            ``model``, GPFL's ``sfe`` and ``sm``); the column is then ``dlg_psnr_<surface>``,
+            so one run can carry a probe per surface. ``None``: ``options``' surface (or
+            ``encoder``), column ``dlg_psnr``.
+        guesses: also log ``dlg_psnr_guess_noise`` and ``dlg_psnr_guess_black``, the PSNR of
+            data-free guesses of the same images (:func:`guess_leakage`).
     """
 
     def __init__(self, every: int = 1, batches: int = 1,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, surface: str | None = None,
+                 guesses: bool = False) -> None:
         if every < 1 or batches < 1:
             raise ValueError(f"every and batches must be at least 1, got {every}, {batches}")
         self.every, self.batches = every, batches
@@ -394,21 +431,41 @@ class DLGProbe(Probe):
         if unknown:
             raise ValueError(f"unknown DLGProbe option(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
+        if surface is not None and "surface" in self.options:
+            raise ValueError(f"DLGProbe got surface {surface!r} and options.surface "
+                             f"{self.options['surface']!r}; give one")
+        self.column = "dlg_psnr" if surface is None else f"dlg_psnr_{surface}"
+        if surface is not None:
+            self.options["surface"] = surface
+        self.guesses = guesses
 
     def setup(self, trainer: Any) -> None:
-        """Refuse a run whose inputs are not images before its first round."""
+        """Refuse a run whose inputs are not images, or a surface its method does not
+        offer, before its first round."""
         data = trainer.datamodule
         check_image_inputs(data.data.x_train[:1], f"data source {data.source!r}")
+        surface = self.options.get("surface", "encoder")
+        if isinstance(surface, str):
+            attack_surface(trainer.client, surface)
 
     def on_round_end(self, trainer: Any, round_idx: int) -> dict[str, float]:
         if (round_idx + 1) % self.every:
             return {}
-        def leakage() -> float:  # on the process that owns client 0, whichever it is
-            client = trainer.load_client(0, round_idx + 1)
-            return client_leakage(client, trainer.population.train_data[0], self.batches,
-                                  seed=derive_seed(trainer.seed, round_idx, 0), **self.options)
+        seed = derive_seed(trainer.seed, round_idx, 0)
 
-        return {"dlg_psnr": trainer.dist.from_owner(0, leakage)}
+        def leakage() -> dict[str, float]:  # on the process that owns client 0
+            client = trainer.load_client(0, round_idx + 1)
+            data = trainer.population.train_data[0]
+            values = {self.column: client_leakage(client, data, self.batches, seed=seed,
+                                                  **self.options)}
+            if self.guesses:
+                batch_size = int(self.options.get("batch_size", 1))
+                values.update({f"dlg_psnr_guess_{name}": value for name, value in
+                               guess_leakage(data, self.batches, batch_size, seed).items()})
+            return values
+
+        values: dict[str, float] = trainer.dist.from_owner(0, leakage)
+        return values
 
 
 def _leakage_options() -> set[str]:
@@ -419,5 +476,5 @@ def _leakage_options() -> set[str]:
     return names - {"seed", "batches", "step_lr", "value_range"} | {"value_range"}
 
 
-__all__ = ["DLGProbe", "attack_surface", "check_image_inputs", "client_leakage", "dlg_attack",
-           "evaluate_client_leakage", "psnr"]
+__all__ = ["DLGProbe", "attack_surface", "attacked_batches", "check_image_inputs",
+           "client_leakage", "dlg_attack", "evaluate_client_leakage", "guess_leakage", "psnr"]

@@ -1,0 +1,65 @@
+"""Writing an analysis's numbers (CSV) and figure (PNG, matplotlib's Agg backend)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Rows = Sequence[Mapping[str, Any]]
+
+
+def write_csv(path: Path, rows: Rows, columns: Sequence[str] | None = None) -> Path:
+    """``rows`` as a CSV table (columns: ``columns``, else the first row's keys), written to
+    a temporary file renamed over ``path``, so the file is whole or absent."""
+    fields = list(columns or (rows[0] if rows else []))
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(path: Path, draw: Callable[[Any], Any], size: tuple[float, float],
+                shape: tuple[int, int] = (1, 1)) -> Path:
+    """A figure of ``shape`` panels drawn by ``draw(axes)`` (a 2-D array of axes), saved to
+    ``path`` (temporary file, then renamed)."""
+    plt = pyplot()
+    figure, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    try:
+        draw(axes)
+        figure.tight_layout()
+        tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+        figure.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def write_outputs(out: Path, tables: Mapping[str, Rows],
+                  figures: Mapping[str, tuple[Callable[[Any], Any], tuple[float, float],
+                                              tuple[int, int]]]) -> list[Path]:
+    """Write every table (``name.csv`` -> rows) and figure (``name.png`` -> ``(draw, size,
+    shape)``) into ``out`` once all are computed; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [write_csv(out / name, rows) for name, rows in tables.items()]
+    written += [save_figure(out / name, *spec) for name, spec in figures.items()]
+    return written
+
+
+__all__ = ["pyplot", "save_figure", "write_csv", "write_outputs"]

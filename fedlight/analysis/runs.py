@@ -1,0 +1,231 @@
+"""A finished run folder, rebuilt for analysis.
+
+:func:`load_finished_run` is the one place the analyses read a run folder (``config.yaml``,
+``checkpoints/last.ckpt`` or ``best.ckpt``, ``metrics.csv``, ``partition.json``); every
+analysis works on the :class:`FinishedRun` it returns::
+
+    run = load_finished_run("runs/fedpick-digits-dirichlet-s0")
+    client = run.load_client(0)        # client 0's model as it is scored: eval mode
+    x, y = run.datamodule.client_test(0)
+
+The client module and the data module are rebuilt from the configuration the checkpoint
+records (the same for runs started by ``fedlight fit`` and from Python), and the rebuilt split
+is checked against the run's ``partition.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from fedlight.clients import CLIENTS
+from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.data.datamodule import FederatedDataModule
+from fedlight.errors import did_you_mean
+from fedlight.federation.aggregate import WeightedSum, aggregation_weight
+from fedlight.federation.checkpoint import NAMED, load_checkpoint
+from fedlight.federation.distributed import Distributed
+from fedlight.federation.local import LocalLoop
+from fedlight.federation.population import Population
+from fedlight.federation.sampling import derive_seed
+
+#: What a run folder holds that every analysis needs.
+RUN_FILES = ("config.yaml", "partition.json")
+
+
+@dataclass
+class FinishedRun:
+    """A run folder with its client module and data module rebuilt.
+
+    Attributes:
+        folder: the run folder.
+        model: the run's client module (its state is loaded by :meth:`load_client` /
+            :meth:`load_global`).
+        datamodule: the run's data, set up, with the run's split.
+        checkpoint: the checkpoint read (``checkpoints/last.ckpt`` unless asked otherwise).
+        checkpoint_path: its file.
+    """
+
+    folder: Path
+    model: FederatedClient
+    datamodule: FederatedDataModule
+    checkpoint: dict[str, Any]
+    checkpoint_path: Path
+
+    @property
+    def method(self) -> str:
+        return str(self.checkpoint["method"])
+
+    @property
+    def rounds_done(self) -> int:
+        return int(self.checkpoint["rounds_done"])
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.datamodule.num_clients)
+
+    @property
+    def trainer_config(self) -> dict[str, Any]:
+        """The run's trainer section (batch size, seed, local epochs, weighting, ...)."""
+        return dict(self.checkpoint["config"]["trainer"])
+
+    @property
+    def global_state(self) -> dict[str, Tensor]:
+        """The aggregated shared state of the checkpoint's round."""
+        return dict(self.checkpoint["server"]["global_state"])
+
+    def private_state(self, client_id: int) -> dict[str, Tensor]:
+        """Client ``client_id``'s private state (the initial one if it never trained)."""
+        self._check_client(client_id)
+        states = self.checkpoint["client_states"]
+        return dict(states.get(client_id, self.checkpoint["initial_private"]))
+
+    def load_client(self, client_id: int, shared: Mapping[str, Tensor] | None = None,
+                    private: Mapping[str, Tensor] | None = None) -> FederatedClient:
+        """The module loaded as client ``client_id`` is scored after the checkpoint's round:
+        the aggregated shared state (or ``shared``), its private state (or ``private``) and
+        its context, in eval mode."""
+        self.model.load_state_dict({**(self.global_state if shared is None else shared),
+                                    **(self.private_state(client_id) if private is None
+                                       else private)}, strict=True)
+        self.model.context = self._population().context(client_id, self.rounds_done)
+        return self.model.eval()
+
+    def load_global(self) -> FederatedClient | None:
+        """The module loaded as the global model (``global_forward`` predicts with it), or
+        None where the method has none (a private part such as GPFL's head)."""
+        if not self.model.has_global_model:
+            return None
+        self.model.load_state_dict({**self.global_state, **self.checkpoint["initial_private"]},
+                                   strict=True)
+        self.model.context = None
+        return self.model.eval()
+
+    def train_locally(self, client_id: int) -> tuple[FederatedClient, dict[str, Tensor]]:
+        """Client ``client_id``'s local training of the round after the checkpoint's, as the
+        run would train it (its download, private state, seed, batches and phases): the
+        module after training, in eval mode, and its upload's shared state."""
+        population = self._population()
+        population.restore(self.checkpoint)
+        config = self.trainer_config
+        loop = LocalLoop(population.dist.fabric, int(config["batch_size"]),
+                         config.get("gradient_clip_val"),
+                         config.get("gradient_clip_algorithm", "norm"),
+                         config.get("optimizer_state", "fresh"))
+        server = self.checkpoint["server"]
+        seed = derive_seed(int(config["seed"]), self.rounds_done, client_id)
+        result = population.train(self.model, loop, client_id, self.rounds_done,
+                                  server["global_state"], dict(server["message"]), seed,
+                                  int(config["local_epochs"]))
+        return self.model.eval(), result.upload.state
+
+    def weighted_mean(self, uploads: Mapping[int, Mapping[str, Tensor]]) -> dict[str, Tensor]:
+        """FedAvg's aggregation of the clients' uploaded shared states: their mean weighted
+        by the run's weighting (training samples, or uniform)."""
+        weighting = self.trainer_config.get("weighting", "samples")
+        total = WeightedSum()
+        for client_id, state in uploads.items():
+            samples = self.datamodule.client_train_size(client_id)
+            total.add(state, aggregation_weight(samples, weighting))
+        return total.mean()
+
+    def metrics(self) -> list[dict[str, float]]:
+        """The rows of ``metrics.csv`` as numbers (an empty cell is NaN)."""
+        path = self.folder / "metrics.csv"
+        if not path.is_file():
+            raise MissingFileError(f"{str(path)!r} does not exist; a finished run folder has "
+                                   "metrics.csv")
+        with path.open() as handle:
+            return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+    def _population(self) -> Population:
+        config = self.trainer_config
+        fabric = Fabric(accelerator=self.model.device.type, devices=1, loggers=[])
+        sizes = [self.datamodule.client_train_size(i) for i in range(self.num_clients)]
+        return Population(self.datamodule, Distributed(fabric, sizes),
+                          self.checkpoint["initial_private"], "memory", None,
+                          int(config["rounds"]), float(config["join_ratio"]),
+                          int(config["batch_size"]))
+
+    def _check_client(self, client_id: int) -> None:
+        if not 0 <= client_id < self.num_clients:
+            raise ConfigError(f"client {client_id} does not exist in {str(self.folder)!r}; "
+                              f"valid: 0..{self.num_clients - 1}")
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def checkpoint_file(folder: Path, checkpoint: str) -> Path:
+    """The file ``checkpoint`` names: ``last`` / ``best`` (in ``folder/checkpoints``) or a
+    path."""
+    path = folder / "checkpoints" / NAMED[checkpoint] if checkpoint in NAMED else Path(checkpoint)
+    if not path.is_file():
+        raise MissingFileError(f"checkpoint {str(path)!r} does not exist; valid: last, best "
+                               "(when the run kept one) or a checkpoint file")
+    return path
+
+
+def build_client(description: Mapping[str, Any]) -> FederatedClient:
+    """The client module a checkpoint's recorded configuration describes (method and model
+    arguments)."""
+    method = str(description["method"])
+    if method not in CLIENTS:
+        raise ConfigError(f"the run's method {method!r} is not a fedlight client class; valid: "
+                          f"{', '.join(sorted(CLIENTS))}{did_you_mean(method, CLIENTS)}")
+    return CLIENTS[method](**description["model"])
+
+
+def check_split(datamodule: FederatedDataModule, folder: Path) -> None:
+    """Refuse a rebuilt data module whose split is not the run's ``partition.json``."""
+    recorded = json.loads((folder / "partition.json").read_text())["clients"]
+    if datamodule.partition_record()["clients"] != recorded:
+        raise ConfigError(f"the data of {str(folder)!r} no longer splits as its partition.json "
+                          f"(source {datamodule.source!r} changed?); the run cannot be analysed")
+
+
+def load_finished_run(run_dir: str | Path, checkpoint: str = "last") -> FinishedRun:
+    """Rebuild a finished run for analysis.
+
+    Args:
+        run_dir: a run folder written by ``fedlight fit`` or ``FederatedTrainer.fit``.
+        checkpoint: ``last`` (default), ``best`` or a checkpoint file.
+
+    Raises:
+        fedlight.core.errors.MissingFileError: the folder, a run file or the checkpoint is
+            missing.
+        fedlight.core.errors.ConfigError: the checkpoint's method is unknown, or the data no
+            longer split as the run's ``partition.json``.
+    """
+    folder = Path(run_dir)
+    missing = [name for name in RUN_FILES if not (folder / name).is_file()]
+    if missing:
+        raise MissingFileError(f"{str(folder)!r} is not a finished run folder (no "
+                               f"{', '.join(missing)}); pass a folder written by fedlight fit")
+    path = checkpoint_file(folder, checkpoint)
+    state = load_checkpoint(path)
+    description = state["config"]
+    torch.manual_seed(int(description["trainer"].get("seed", 0)))
+    model = build_client(description)
+    datamodule = FederatedDataModule(**description["data"])
+    datamodule.setup()
+    check_split(datamodule, folder)
+    return FinishedRun(folder, model, datamodule, state, path)
+
+
+__all__ = ["FinishedRun", "build_client", "check_split", "checkpoint_file",
+           "load_finished_run"]
