@@ -35,7 +35,15 @@ from fedlight.compat import LightningCLISteps
 from fedlight.config import add_run_arguments
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
-from fedlight.errors import USER_ERRORS, FedlightParser, UsageError, debugging, exit_with_error
+from fedlight.errors import (
+    USER_ERRORS,
+    FedlightParser,
+    UsageError,
+    debugging,
+    exit_with_error,
+    exit_with_fault,
+    wrapped_user_error,
+)
 from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
@@ -272,6 +280,12 @@ def main(args: list[str] | None = None) -> None:
         if debugging():
             raise
         exit_with_error(error)
+    except Exception as error:  # a fault, not the input's: its traceback and a hint
+        if debugging():
+            raise
+        if wrapped_user_error(error) is not None:  # a constructor's check, as jsonargparse
+            exit_with_error(error)                  # reports it
+        exit_with_fault(error)
 
 
 def check_moved_options(argv: list[str]) -> None:

@@ -19,7 +19,7 @@ import fedlight.clients  # noqa: F401  (registers every client class for short n
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.errors import FedlightParser
+from fedlight.errors import FedlightParser, UsageError, user_message, wrapped_user_error
 from fedlight.federation.server import ServerRule
 from fedlight.federation.trainer import FederatedTrainer
 
@@ -88,7 +88,12 @@ def read_config(path: str | Path, overrides: Sequence[str] = (),
     if one_process and config.trainer.devices == "auto":
         config.trainer.devices = 1
     seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
-    built = parser.instantiate(config)
+    try:
+        built = parser.instantiate(config)
+    except Exception as error:  # a constructor's check, which jsonargparse wraps
+        if wrapped_user_error(error) is None:
+            raise
+        raise UsageError(user_message(error)) from None
     trainer = built.trainer
     if not isinstance(trainer, FederatedTrainer):
         trainer = FederatedTrainer(**trainer)

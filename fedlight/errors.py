@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import sys
+import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -110,8 +111,9 @@ def file_naming(key: str, files: Iterable[str]) -> str | None:
     return found
 
 
-#: Exceptions that are the user's to fix: printed in one line, no traceback.
-USER_ERRORS = (UsageError, FedlightError, ValueError, FileNotFoundError, FloatingPointError)
+#: Exceptions that are the user's to fix: printed in one line, no traceback. Every other
+#: exception (a ValueError raised inside torch, a bug of fedlight) keeps its traceback.
+USER_ERRORS = (FedlightError,)
 
 
 def debugging() -> bool:
@@ -125,6 +127,40 @@ def exit_with_error(error: BaseException) -> NoReturn:
             and torch.distributed.get_rank() != 0):
         print(f"error: {user_message(error)}", file=sys.stderr)
     sys.exit(2)
+
+
+def wrapped_user_error(error: BaseException) -> FedlightError | None:
+    """The user error behind ``error`` when jsonargparse wrapped it: instantiating a config's
+    classes, jsonargparse re-raises a constructor's error (``lr must be positive``) as a
+    ValueError of its own. None for any other exception."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, FedlightError):
+        frames = traceback.extract_tb(seen.__traceback__)
+        if not frames or "jsonargparse" not in frames[-1].filename:
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+def exit_with_fault(error: BaseException) -> NoReturn:
+    """Print ``error``'s traceback on stderr, then a one-line hint where one applies, and exit
+    with code 1: not a problem of the input, so the traceback is what says where it is."""
+    traceback.print_exception(error)
+    hint = fault_hint(error)
+    if hint:
+        print(hint, file=sys.stderr)
+    sys.exit(1)
+
+
+def fault_hint(error: BaseException) -> str | None:
+    """A one-line hint for the faults a user can still work around."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return ("fedlight: the device ran out of memory; lower trainer.batch_size, "
+                "trainer.eval_batch_size or trainer.batched_clients")
+    if isinstance(error, MemoryError):
+        return ("fedlight: the machine ran out of memory; trainer.client_state_storage: disk "
+                "keeps the clients' private states out of memory")
+    return None
 
 
 def user_message(error: BaseException) -> str:
@@ -192,4 +228,5 @@ def option_names() -> set[str]:
 
 
 __all__ = ["FedlightParser", "USER_ERRORS", "UsageError", "debugging", "did_you_mean",
-           "exit_with_error", "user_message"]
+           "exit_with_error", "exit_with_fault", "fault_hint", "user_message",
+           "wrapped_user_error"]

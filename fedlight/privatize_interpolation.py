@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.clients.privatize import Privatize
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 
 
@@ -39,14 +40,14 @@ def grid_values(step: float) -> list[float]:
     """``0, step, 2 step, ..., 1``; ``step`` must divide 1 (0.1, 0.05, 0.25, ...)."""
     count = round(1 / step) if step > 0 else 0
     if count < 1 or abs(count * step - 1) > 1e-6:
-        raise ValueError(f"step must be in (0, 1] and divide 1 (e.g. 0.1 or 0.25), got {step}")
+        raise ConfigError(f"step must be in (0, 1] and divide 1 (e.g. 0.1 or 0.25), got {step}")
     return [round(i / count, 10) for i in range(count + 1)]
 
 
 def _check_model(model: Privatize) -> None:
     if not isinstance(model, Privatize) or model.way != "AaBb" or model.cut != "coarse":
         way = getattr(model, "way", None)
-        raise ValueError(
+        raise ConfigError(
             "the interpolation needs the two-branch model: Privatize(way='AaBb', cut='coarse') "
             f"or an Auto* client; got {type(model).__name__} with way {way!r}"
         )
@@ -102,7 +103,7 @@ def interpolation_grid(
         total += len(y)
         clients += 1
     if total == 0:
-        raise ValueError("no client has a local test sample")
+        raise ConfigError("no client has a local test sample")
     return [{"alpha": a, "beta": b, "accuracy": float(pooled[i, j] / total),
              "accuracy_mean": float(per_client_means[i, j] / clients)}
             for i, a in enumerate(values) for j, b in enumerate(values)]
@@ -179,7 +180,7 @@ def load_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
 
     config = Path(run_dir) / "config.yaml"
     if not config.is_file():
-        raise FileNotFoundError(f"{str(config)!r} does not exist: pass a run folder written "
+        raise MissingFileError(f"{str(config)!r} does not exist: pass a run folder written "
                                 "by `fedlight fit`")
     run = read_config(config, ["--trainer.progress_bar", "false"])
     return run.model, run.datamodule
@@ -193,7 +194,7 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
     run_dir = Path(run_dir)
     checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
     if not checkpoint.is_file():
-        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist")
+        raise MissingFileError(f"checkpoint {str(checkpoint)!r} does not exist")
     model, datamodule = load_run(run_dir)
     rows = interpolation_grid(model, datamodule, checkpoint, step=step, device=device)
     out_dir = Path(out) if out else run_dir

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch.nn.functional as F
 
 import fedlight
 from fedlight.cli import TOOLS, FedlightCLI, main
@@ -221,3 +222,34 @@ def test_a_bad_trainer_value_names_its_option(option, value, capsys, monkeypatch
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: trainer.{option}") and value in err, err
+
+
+def test_a_valueerror_raised_inside_torch_keeps_its_traceback(tmp_path, capsys, monkeypatch):
+    """Not a user error: the traceback says where it happened (here a training step that
+    hands torch labels of the wrong size, as a bug would)."""
+    from fedlight.clients import FedAvg
+
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+
+    def broken_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y[:1])  # torch raises ValueError on the sizes
+
+    monkeypatch.setattr(FedAvg, "training_step", broken_step)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, "--model.init_args.backbone", "mlp",
+              "--data.num_clients", "2", "--trainer.rounds", "1", "--trainer.devices", "1",
+              "--trainer.progress_bar", "false", "--trainer.verbose", "false",
+              "--trainer.default_root_dir", str(tmp_path)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken_step" in err
+    assert err.strip().splitlines()[-1].startswith("ValueError: Expected input batch_size")
+
+
+def test_a_config_error_is_one_line_with_exit_code_2(capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, "--model.init_args.lr", "-1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: lr must be positive, got -1.0\n"

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
+
 RS_MODES = ("hard", "soft", "all")
 
 
@@ -38,7 +40,7 @@ def restricted_softmax_scales(
     if complete_classes:
         return shares
     if mode not in RS_MODES:
-        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(RS_MODES)}")
+        raise ConfigError(f"unknown mode {mode!r}; valid: {', '.join(RS_MODES)}")
     if mode == "soft":
         return alpha + (1.0 - alpha) * shares / shares.max().clamp_min(1e-12)
     if mode == "all":
@@ -69,9 +71,9 @@ class RestrictedSoftmax:
     def __init__(self, rs_alpha: float = 0.9, rs_mode: str = "hard",
                  complete_classes: bool = False, **kwargs: Any) -> None:
         if not 0.0 <= rs_alpha <= 1.0:
-            raise ValueError(f"rs_alpha must be in [0, 1], got {rs_alpha}")
+            raise ConfigError(f"rs_alpha must be in [0, 1], got {rs_alpha}")
         if rs_mode not in RS_MODES:
-            raise ValueError(f"unknown rs_mode {rs_mode!r}; valid: {', '.join(RS_MODES)}")
+            raise ConfigError(f"unknown rs_mode {rs_mode!r}; valid: {', '.join(RS_MODES)}")
         super().__init__(**kwargs)
         self.rs_alpha = float(rs_alpha)
         self.rs_mode = rs_mode

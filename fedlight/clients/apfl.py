@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 
 class APFL(FederatedClient):
@@ -50,9 +51,9 @@ class APFL(FederatedClient):
     def __init__(self, alpha: float = 0.5, adaptive: bool = True,
                  alpha_lr: float | None = None, **kwargs: Any) -> None:
         if not 0 <= alpha <= 1:
-            raise ValueError(f"alpha (initial mixing weight) must be in [0, 1], got {alpha}")
+            raise ConfigError(f"alpha (initial mixing weight) must be in [0, 1], got {alpha}")
         if alpha_lr is not None and not alpha_lr > 0:
-            raise ValueError(f"alpha_lr must be positive (or None for lr), got {alpha_lr}")
+            raise ConfigError(f"alpha_lr must be positive (or None for lr), got {alpha_lr}")
         super().__init__(**kwargs)
         self.adaptive = bool(adaptive)
         self.alpha_lr = self.lr if alpha_lr is None else float(alpha_lr)

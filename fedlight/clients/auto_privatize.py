@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.privatize import Privatize
+from fedlight.core.errors import ConfigError
 
 
 class AutoSA(Privatize):
@@ -70,9 +71,9 @@ class AutoSA(Privatize):
                  private_path_loss: bool = False, coef_lr_scale: float = 1.0,
                  **kwargs: Any) -> None:
         if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise ConfigError(f"temperature must be positive, got {temperature}")
         if not coef_lr_scale > 0:
-            raise ValueError(f"coef_lr_scale must be positive, got {coef_lr_scale}")
+            raise ConfigError(f"coef_lr_scale must be positive, got {coef_lr_scale}")
         super().__init__(way="AaBb", cut="coarse", combine="mean", **kwargs)
         self.temperature = temperature
         self.shared_path_loss = shared_path_loss

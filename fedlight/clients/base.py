@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import ServerRule
 from fedlight.federation.server.mean import WeightedMean
 from fedlight.models import BACKBONES, build_backbone
@@ -120,7 +121,7 @@ def resolve_partition(
     for pattern in [*shared, *private]:
         if not match_keys(keys, [pattern]):
             preview = ", ".join(list(keys)[:8]) + (", ..." if len(keys) > 8 else "")
-            raise ValueError(
+            raise ConfigError(
                 f"{owner}: partition pattern {pattern!r} matches no parameter or buffer; "
                 f"state-dict keys are: {preview}"
             )
@@ -129,7 +130,7 @@ def resolve_partition(
     shared_keys = [k for k in match_keys(keys, shared) if k not in private_set]
     uncovered = [k for k in keys if k not in private_set and k not in set(shared_keys)]
     if uncovered:
-        raise ValueError(
+        raise ConfigError(
             f"{owner}: keys {uncovered[:5]} are neither shared nor private; add a pattern for them"
         )
     return Partition(shared=tuple(shared_keys), private=tuple(private_keys))
@@ -180,9 +181,9 @@ class FederatedClient(L.LightningModule):
     ) -> None:
         super().__init__()
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+            raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+            raise ConfigError(f"lr must be positive, got {lr}")
         self.save_hyperparameters()
         self.construction = _outermost_init_arguments(self)
         self.num_classes = num_classes
@@ -328,7 +329,7 @@ class FederatedClient(L.LightningModule):
             if params:
                 groups.append({**group, "params": params})
         if not groups:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__}: no trainable parameter in phase {self.phase!r}"
             )
         if self.optimizer_name == "sgd":

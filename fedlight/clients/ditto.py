@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 
 GLOBAL = "model.*"
 PERSONAL = "personal.*"
@@ -54,10 +55,10 @@ class Ditto(FederatedClient):
 
     def __init__(self, lamda: float = 1.0, personal_epochs: int = 1, **kwargs: Any) -> None:
         if lamda < 0:
-            raise ValueError(f"lamda (weight of the personal regularizer) must be >= 0, "
+            raise ConfigError(f"lamda (weight of the personal regularizer) must be >= 0, "
                              f"got {lamda}")
         if personal_epochs < 1:
-            raise ValueError(f"personal_epochs must be at least 1, got {personal_epochs}")
+            raise ConfigError(f"personal_epochs must be at least 1, got {personal_epochs}")
         super().__init__(**kwargs)
         self.lamda = lamda
         self.personal_epochs = personal_epochs

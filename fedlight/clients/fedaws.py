@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import ServerContext, State
 from fedlight.federation.server.mean import WeightedMean
 
@@ -71,9 +72,9 @@ def check_spreadout(weight: float, margin: float, lr: float, steps: int) -> None
     for name, value in (("spreadout_weight", weight), ("margin", margin),
                         ("spreadout_lr", lr)):
         if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+            raise ConfigError(f"{name} must be positive, got {value}")
     if steps < 1:
-        raise ValueError(f"spreadout_steps must be at least 1, got {steps}")
+        raise ConfigError(f"spreadout_steps must be at least 1, got {steps}")
 
 
 class SpreadoutMean(WeightedMean):
@@ -95,7 +96,7 @@ class SpreadoutMean(WeightedMean):
 
     def setup(self, initial_state: Mapping[str, torch.Tensor], context: ServerContext) -> None:
         if self.key not in initial_state:
-            raise ValueError(f"SpreadoutMean: class embeddings {self.key!r} are not in the "
+            raise ConfigError(f"SpreadoutMean: class embeddings {self.key!r} are not in the "
                              f"shared state; shared keys: {', '.join(list(initial_state)[:8])}")
         super().setup(initial_state, context)
 

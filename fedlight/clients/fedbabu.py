@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 
 BODY = "model.encoder.*"
 HEAD = "model.head.*"
@@ -47,9 +48,9 @@ class FedBABU(FederatedClient):
     def __init__(self, finetune_epochs: int = 5, finetune_part: str = "full",
                  **kwargs: Any) -> None:
         if finetune_epochs < 0:
-            raise ValueError(f"finetune_epochs must be >= 0, got {finetune_epochs}")
+            raise ConfigError(f"finetune_epochs must be >= 0, got {finetune_epochs}")
         if finetune_part not in FINETUNE_PARTS:
-            raise ValueError(f"unknown finetune_part {finetune_part!r}; valid: "
+            raise ConfigError(f"unknown finetune_part {finetune_part!r}; valid: "
                              f"{', '.join(FINETUNE_PARTS)}")
         super().__init__(**kwargs)
         self.finetune_epochs = finetune_epochs

@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 BATCH_NORMS: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
@@ -39,7 +40,7 @@ class FedBN(FederatedClient):
     def __init__(self, backbone: str = "cnn_bn", **kwargs: Any) -> None:
         super().__init__(backbone=backbone, **kwargs)
         if not self.state_keys_of_type(BATCH_NORMS):
-            raise ValueError(
+            raise ConfigError(
                 f"FedBN needs a backbone with BatchNorm layers, but backbone {backbone!r} has "
                 "none; use e.g. 'cnn_bn', 'vgg8_bn' or 'resnet18'"
             )

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.federation.aggregate import WeightedSum
 from fedlight.federation.sampling import derive_seed
 from fedlight.federation.server.base import Collectives, Report, ServerContext, State
@@ -58,13 +59,13 @@ class FedDF(FederatedClient):
     def __init__(self, distill_steps: int = 100, distill_lr: float = 1e-3,
                  distill_batch_size: int = 64, temperature: float = 1.0, **kwargs: Any) -> None:
         if distill_steps < 0:
-            raise ValueError(f"distill_steps must be >= 0, got {distill_steps}")
+            raise ConfigError(f"distill_steps must be >= 0, got {distill_steps}")
         if not distill_lr > 0:
-            raise ValueError(f"distill_lr must be positive, got {distill_lr}")
+            raise ConfigError(f"distill_lr must be positive, got {distill_lr}")
         if distill_batch_size < 1:
-            raise ValueError(f"distill_batch_size must be at least 1, got {distill_batch_size}")
+            raise ConfigError(f"distill_batch_size must be at least 1, got {distill_batch_size}")
         if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise ConfigError(f"temperature must be positive, got {temperature}")
         super().__init__(**kwargs)
         self.distill = dict(steps=distill_steps, lr=distill_lr, batch_size=distill_batch_size,
                             temperature=temperature)
@@ -98,7 +99,7 @@ class EnsembleDistillation(WeightedMean):
         super().setup(initial_state, context)
         self.public = context.public_inputs
         if self.steps and self.public is None:
-            raise ValueError("FedDF distills on an unlabeled public set: set data.public_samples "
+            raise ConfigError("FedDF distills on an unlabeled public set: set data.public_samples "
                              "(e.g. 500) or model.distill_steps: 0")
 
     def begin_round(self, round_idx: int) -> None:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from fedlight.clients._common import parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import State
 from fedlight.federation.server.mean import WeightedMean
 
@@ -55,7 +56,7 @@ class FedDyn(FederatedClient):
 
     def __init__(self, alpha: float = 0.01, **kwargs: Any) -> None:
         if not alpha > 0:
-            raise ValueError(f"alpha (dynamic regularization weight) must be positive, "
+            raise ConfigError(f"alpha (dynamic regularization weight) must be positive, "
                              f"got {alpha}")
         super().__init__(**kwargs)
         self.alpha = float(alpha)
@@ -123,7 +124,7 @@ class FedDynServer(WeightedMean):
 
     def __init__(self, alpha: float = 0.01, parameters: Sequence[str] | None = None) -> None:
         if not alpha > 0:
-            raise ValueError(f"alpha (dynamic regularization weight) must be positive, "
+            raise ConfigError(f"alpha (dynamic regularization weight) must be positive, "
                              f"got {alpha}")
         super().__init__()
         self.alpha = float(alpha)

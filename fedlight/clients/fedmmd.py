@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from fedlight.clients._common import frozen_copy
 from fedlight.clients.base import FederatedClient
 from fedlight.clients.map import mmd_loss
+from fedlight.core.errors import ConfigError
 
 
 class FedMMD(FederatedClient):
@@ -41,7 +42,7 @@ class FedMMD(FederatedClient):
 
     def __init__(self, lamda: float = 0.1, **kwargs: Any) -> None:
         if lamda < 0:
-            raise ValueError(f"lamda (weight of the MMD term) must be >= 0, got {lamda}")
+            raise ConfigError(f"lamda (weight of the MMD term) must be >= 0, got {lamda}")
         super().__init__(**kwargs)
         self.lamda = float(lamda)
         self._global: tuple[nn.Module, ...] = ()

@@ -21,6 +21,7 @@ import torch
 
 from fedlight.clients._common import StepCounter
 from fedlight.clients.base import FederatedClient, Upload
+from fedlight.core.errors import ConfigError
 from fedlight.federation.aggregate import WeightedSum
 from fedlight.federation.server.base import Collectives, Report, State
 from fedlight.federation.server.mean import WeightedMean
@@ -59,7 +60,7 @@ class FedNova(FederatedClient):
     def __init__(self, **kwargs: Any) -> None:
         optimizer = kwargs.get("optimizer", "sgd")
         if optimizer != "sgd":
-            raise ValueError(f"FedNova normalizes SGD steps; optimizer must be 'sgd', got "
+            raise ConfigError(f"FedNova normalizes SGD steps; optimizer must be 'sgd', got "
                              f"{optimizer!r}")
         super().__init__(**kwargs)
         self.counter = StepCounter()

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
 from fedlight.clients.fedbn import BATCH_NORMS
+from fedlight.core.errors import ConfigError
 
 SOLO_HEADS = ("global", "personalized")
 _UNIFORM_EPS = 1e-10
@@ -265,13 +266,13 @@ class FedPick(FederatedClient):
         **kwargs: Any,
     ) -> None:
         if not tau > 0:
-            raise ValueError(f"tau (Gumbel-Sigmoid temperature) must be > 0, got {tau}")
+            raise ConfigError(f"tau (Gumbel-Sigmoid temperature) must be > 0, got {tau}")
         for name, value in (("lambda_lce", lambda_lce), ("lambda_ent", lambda_ent),
                             ("lambda_dis", lambda_dis), ("lambda_budget", lambda_budget)):
             if not value >= 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+                raise ConfigError(f"{name} must be >= 0, got {value}")
         if solo_head not in SOLO_HEADS:
-            raise ValueError(f"unknown solo_head {solo_head!r}; valid: {', '.join(SOLO_HEADS)}")
+            raise ConfigError(f"unknown solo_head {solo_head!r}; valid: {', '.join(SOLO_HEADS)}")
         _check_selection_knobs(mask_lr_scale, keep_budget, lambda_budget)
         super().__init__(backbone=backbone, momentum=momentum, **kwargs)
         self.tau = float(tau)
@@ -410,11 +411,11 @@ class FedPick(FederatedClient):
 def _check_selection_knobs(mask_lr_scale: float, keep_budget: float | None,
                            lambda_budget: float) -> None:
     if not mask_lr_scale > 0:
-        raise ValueError(f"mask_lr_scale must be > 0, got {mask_lr_scale}")
+        raise ConfigError(f"mask_lr_scale must be > 0, got {mask_lr_scale}")
     if keep_budget is not None and not 0 <= keep_budget <= 1:
-        raise ValueError(f"keep_budget must be in [0, 1] (or null), got {keep_budget}")
+        raise ConfigError(f"keep_budget must be in [0, 1] (or null), got {keep_budget}")
     if lambda_budget > 0 and keep_budget is None:
-        raise ValueError(f"lambda_budget={lambda_budget} needs keep_budget (a share in [0, 1])")
+        raise ConfigError(f"lambda_budget={lambda_budget} needs keep_budget (a share in [0, 1])")
 
 
 __all__ = ["FedPick", "FedPickOutputs", "FeatureSelector", "feature_sparsity_ratio",

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient, Upload
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import Collectives, Report
 from fedlight.federation.server.mean import WeightedMean
 
@@ -57,9 +58,9 @@ class FedProto(FederatedClient):
 
     def __init__(self, lamda: float = 1.0, predict_by: str = "head", **kwargs: Any) -> None:
         if lamda < 0:
-            raise ValueError(f"lamda (weight of the prototype loss) must be >= 0, got {lamda}")
+            raise ConfigError(f"lamda (weight of the prototype loss) must be >= 0, got {lamda}")
         if predict_by not in PREDICT_BY:
-            raise ValueError(f"unknown predict_by {predict_by!r}; valid: {', '.join(PREDICT_BY)}")
+            raise ConfigError(f"unknown predict_by {predict_by!r}; valid: {', '.join(PREDICT_BY)}")
         super().__init__(**kwargs)
         self.lamda = lamda
         self.predict_by = predict_by

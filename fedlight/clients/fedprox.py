@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 
 class FedProx(FederatedClient):
@@ -43,7 +44,7 @@ class FedProx(FederatedClient):
 
     def __init__(self, mu: float = 1.0, **kwargs: Any) -> None:
         if mu < 0:
-            raise ValueError(f"mu (weight of the proximal term) must be >= 0, got {mu}")
+            raise ConfigError(f"mu (weight of the proximal term) must be >= 0, got {mu}")
         super().__init__(**kwargs)
         self.mu = mu
         self._anchor: list[tuple[Tensor, Tensor]] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 
 HEAD = "model.head.*"
 ENCODER = "model.encoder.*"
@@ -37,7 +38,7 @@ class FedRep(FederatedClient):
 
     def __init__(self, head_epochs: int = 10, **kwargs: Any) -> None:
         if head_epochs < 0:
-            raise ValueError(f"head_epochs must be >= 0, got {head_epochs}")
+            raise ConfigError(f"head_epochs must be >= 0, got {head_epochs}")
         super().__init__(**kwargs)
         self.head_epochs = head_epochs
 

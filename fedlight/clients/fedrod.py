@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 GENERIC_LOSSES = ("bsm", "ce")
 
@@ -59,7 +60,7 @@ class FedRoD(FederatedClient):
 
     def __init__(self, generic_loss: str = "bsm", **kwargs: Any) -> None:
         if generic_loss not in GENERIC_LOSSES:
-            raise ValueError(f"unknown generic_loss {generic_loss!r}; valid: "
+            raise ConfigError(f"unknown generic_loss {generic_loss!r}; valid: "
                              f"{', '.join(GENERIC_LOSSES)}")
         super().__init__(**kwargs)
         self.generic_loss = generic_loss

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 GATES = ("client", "input")
 
@@ -47,9 +48,9 @@ class FLDA(FederatedClient):
 
     def __init__(self, gate: str = "client", initial_alpha: float = 0.5, **kwargs: Any) -> None:
         if gate not in GATES:
-            raise ValueError(f"unknown gate {gate!r}; valid: {', '.join(GATES)}")
+            raise ConfigError(f"unknown gate {gate!r}; valid: {', '.join(GATES)}")
         if not 0 < initial_alpha < 1:
-            raise ValueError(f"initial_alpha must be in (0, 1), got {initial_alpha}")
+            raise ConfigError(f"initial_alpha must be in (0, 1), got {initial_alpha}")
         super().__init__(**kwargs)
         self.gate_kind = gate
         self.personal = copy.deepcopy(self.model)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 COV_INITS = ("paper", "zero")
 
@@ -185,11 +186,11 @@ class GPFL(FederatedClient):
         **kwargs: Any,
     ) -> None:
         if lamda < 0:
-            raise ValueError(f"lamda (weight of L_mlg) must be >= 0, got {lamda}")
+            raise ConfigError(f"lamda (weight of L_mlg) must be >= 0, got {lamda}")
         if mu < 0:
-            raise ValueError(f"mu (weight decay on CoV and GCE) must be >= 0, got {mu}")
+            raise ConfigError(f"mu (weight decay on CoV and GCE) must be >= 0, got {mu}")
         if cov_init not in COV_INITS:
-            raise ValueError(f"unknown cov_init {cov_init!r}; valid: {', '.join(COV_INITS)}")
+            raise ConfigError(f"unknown cov_init {cov_init!r}; valid: {', '.join(COV_INITS)}")
         super().__init__(**kwargs)
         self.lamda = float(lamda)
         self.mu = float(mu)

@@ -31,6 +31,7 @@ from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives the
     restricted_softmax_scales as restricted_softmax_scales,
 )
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import iterate_batches
 
 KT_LOSSES = ("kd", "mmd", "none")
@@ -211,23 +212,23 @@ class MAP(RestrictedSoftmax, FederatedClient):
     ) -> None:
         _check_range("lamda", lamda, 0.0, 1.0)
         if kt not in KT_LOSSES:
-            raise ValueError(f"unknown kt {kt!r}; valid: {', '.join(KT_LOSSES)}")
+            raise ConfigError(f"unknown kt {kt!r}; valid: {', '.join(KT_LOSSES)}")
         if not tau > 0:
-            raise ValueError(f"tau (KD temperature) must be positive, got {tau}")
+            raise ConfigError(f"tau (KD temperature) must be positive, got {tau}")
         if not mu >= 0:
-            raise ValueError(f"mu (macro momentum) must be >= 0, got {mu}")
+            raise ConfigError(f"mu (macro momentum) must be >= 0, got {mu}")
         if not 0 < mu_cap <= 1:
-            raise ValueError(f"mu_cap must be in (0, 1], got {mu_cap}")
+            raise ConfigError(f"mu_cap must be in (0, 1], got {mu_cap}")
         if schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+            raise ConfigError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
         if rs_epochs is not None and rs_epochs < 1:
-            raise ValueError(f"rs_epochs must be at least 1 (or null for the schedule's), got "
+            raise ConfigError(f"rs_epochs must be at least 1 (or null for the schedule's), got "
                              f"{rs_epochs}")
         if personalize_epochs is not None and personalize_epochs < 0:
-            raise ValueError(f"personalize_epochs must be >= 0 (or null for the schedule's), "
+            raise ConfigError(f"personalize_epochs must be >= 0 (or null for the schedule's), "
                              f"got {personalize_epochs}")
         if personalize_lr_scale is not None and not personalize_lr_scale > 0:
-            raise ValueError(f"personalize_lr_scale must be positive, got {personalize_lr_scale}")
+            raise ConfigError(f"personalize_lr_scale must be positive, got {personalize_lr_scale}")
         super().__init__(rs_alpha=rs_alpha, rs_mode=rs_mode, complete_classes=complete_classes,
                          **kwargs)
         self.kt = kt
@@ -417,4 +418,4 @@ class FedPHP(MAP):
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")
+        raise ConfigError(f"{name} must be in [{low:g}, {high:g}], got {value}")

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from fedlight.clients._common import frozen_copy
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 
 
 class MOON(FederatedClient):
@@ -54,11 +55,11 @@ class MOON(FederatedClient):
     def __init__(self, mu: float = 1.0, temperature: float = 0.5, projection_dim: int = 256,
                  **kwargs: Any) -> None:
         if mu < 0:
-            raise ValueError(f"mu (weight of the contrastive loss) must be >= 0, got {mu}")
+            raise ConfigError(f"mu (weight of the contrastive loss) must be >= 0, got {mu}")
         if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise ConfigError(f"temperature must be positive, got {temperature}")
         if projection_dim < 1:
-            raise ValueError(f"projection_dim must be at least 1, got {projection_dim}")
+            raise ConfigError(f"projection_dim must be at least 1, got {projection_dim}")
         super().__init__(**kwargs)
         self.mu = float(mu)
         self.temperature = float(temperature)

@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 
 VARIANTS = ("fo", "hf")
 Batch = tuple[Tensor, Tensor]
@@ -60,11 +61,11 @@ class PerFedAvg(FederatedClient):
     def __init__(self, variant: str = "fo", inner_lr: float = 0.01, hvp_delta: float = 1e-3,
                  **kwargs: Any) -> None:
         if variant not in VARIANTS:
-            raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
+            raise ConfigError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
         if not inner_lr > 0:
-            raise ValueError(f"inner_lr (alpha) must be positive, got {inner_lr}")
+            raise ConfigError(f"inner_lr (alpha) must be positive, got {inner_lr}")
         if not hvp_delta > 0:
-            raise ValueError(f"hvp_delta must be positive, got {hvp_delta}")
+            raise ConfigError(f"hvp_delta must be positive, got {hvp_delta}")
         super().__init__(**kwargs)
         self.variant = variant
         self.inner_lr = float(inner_lr)

@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.fedopt import FedAvgM
 
 
@@ -56,13 +57,13 @@ class PFedMe(FederatedClient):
     def __init__(self, lamda: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01,
                  beta: float = 1.0, **kwargs: Any) -> None:
         if lamda < 0:
-            raise ValueError(f"lamda (Moreau-envelope weight) must be >= 0, got {lamda}")
+            raise ConfigError(f"lamda (Moreau-envelope weight) must be >= 0, got {lamda}")
         if inner_steps < 1:
-            raise ValueError(f"inner_steps (K) must be at least 1, got {inner_steps}")
+            raise ConfigError(f"inner_steps (K) must be at least 1, got {inner_steps}")
         if not personal_lr > 0:
-            raise ValueError(f"personal_lr must be positive, got {personal_lr}")
+            raise ConfigError(f"personal_lr must be positive, got {personal_lr}")
         if not beta > 0:
-            raise ValueError(f"beta (server mixing weight) must be positive, got {beta}")
+            raise ConfigError(f"beta (server mixing weight) must be positive, got {beta}")
         super().__init__(**kwargs)
         self.lamda = float(lamda)
         self.inner_steps = inner_steps

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.models import build_backbone
 
 COMBINES = ("mean", "product")
@@ -51,7 +52,7 @@ def parse_way(way: str, block_names: Sequence[str]) -> list[tuple[bool, bool]]:
     """
     count = len(block_names)
     if not 1 <= count <= len(_LETTERS):
-        raise ValueError(f"privatization strings cover 1 to 26 blocks, got {count}")
+        raise ConfigError(f"privatization strings cover 1 to 26 blocks, got {count}")
     reason = _why_invalid(way, count) if isinstance(way, str) else "it is not a string"
     if reason is None:
         copies, position = [], 0
@@ -66,7 +67,7 @@ def parse_way(way: str, block_names: Sequence[str]) -> list[tuple[bool, bool]]:
     examples = (f'"{sps_way(count, 2)}" or "{ssp_way(count, count)}"' if count > 1
                 else '"A", "a" or "Aa"')
     shown = f'"{way}"' if isinstance(way, str) else repr(way)
-    raise ValueError(
+    raise ConfigError(
         f"invalid privatization {shown} for a {count}-block backbone ({', '.join(block_names)}): "
         f"blocks must appear in order A..{last}, each as upper (shared) and/or lower (private) "
         f"case, e.g. {examples} ({reason})"
@@ -103,9 +104,9 @@ def _why_invalid(way: str, count: int) -> str | None:
 
 def _check_split(num_blocks: int, b: int) -> None:
     if not 1 <= num_blocks <= len(_LETTERS):
-        raise ValueError(f"num_blocks must be in 1..26, got {num_blocks}")
+        raise ConfigError(f"num_blocks must be in 1..26, got {num_blocks}")
     if not 1 <= b <= num_blocks:
-        raise ValueError(f"split point b must be in 1..{num_blocks} (1-based, as the paper), "
+        raise ConfigError(f"split point b must be in 1..{num_blocks} (1-based, as the paper), "
                          f"got {b}")
 
 
@@ -235,7 +236,7 @@ class Privatize(FederatedClient):
         **kwargs: Any,
     ) -> None:
         if combine not in COMBINES:
-            raise ValueError(f"unknown combine {combine!r}; valid: {', '.join(COMBINES)}")
+            raise ConfigError(f"unknown combine {combine!r}; valid: {', '.join(COMBINES)}")
         super().__init__(**kwargs)
         self.way = way
         self.cut = cut

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from fedlight.clients._common import StepCounter, parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient, Upload
+from fedlight.core.errors import ConfigError
 from fedlight.federation.aggregate import WeightedSum
 from fedlight.federation.server.base import Collectives, Report
 from fedlight.federation.server.fedopt import FedAvgM
@@ -72,9 +73,9 @@ class SCAFFOLD(FederatedClient):
 
     def __init__(self, option: str = "II", global_lr: float = 1.0, **kwargs: Any) -> None:
         if option not in OPTIONS:
-            raise ValueError(f"unknown option {option!r}; valid: {', '.join(OPTIONS)}")
+            raise ConfigError(f"unknown option {option!r}; valid: {', '.join(OPTIONS)}")
         if not global_lr > 0:
-            raise ValueError(f"global_lr (eta_g) must be positive, got {global_lr}")
+            raise ConfigError(f"global_lr (eta_g) must be positive, got {global_lr}")
         super().__init__(**kwargs)
         self.option = option
         self.global_lr = float(global_lr)
@@ -202,7 +203,7 @@ class SCAFFOLDServer(FedAvgM):
 
     def __init__(self, global_lr: float = 1.0) -> None:
         if not global_lr > 0:
-            raise ValueError(f"global_lr (eta_g) must be positive, got {global_lr}")
+            raise ConfigError(f"global_lr (eta_g) must be positive, got {global_lr}")
         super().__init__(lr=global_lr, momentum=0.0)
         self.control: dict[str, Tensor] = {}
         self.deltas = WeightedSum()

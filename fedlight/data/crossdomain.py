@@ -81,6 +81,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -178,11 +179,11 @@ def make_digits5(
     """
     limit = min(_MNIST_PER_CLASS // len(_MNIST_DOMAINS), _SKLEARN_PER_CLASS)
     if int(per_class) != per_class or not 1 <= per_class <= limit:
-        raise ValueError(f"per_class={per_class!r} is invalid; use an integer in 1..{limit} "
+        raise ConfigError(f"per_class={per_class!r} is invalid; use an integer in 1..{limit} "
                          f"(scikit-learn's 8x8 digits have {_SKLEARN_PER_CLASS} images of "
                          "their rarest class)")
     if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction} is invalid; use 0 <= test_fraction < 1")
+        raise ConfigError(f"test_fraction={test_fraction} is invalid; use 0 <= test_fraction < 1")
     from sklearn.datasets import load_digits
 
     rng = np.random.default_rng(seed)
@@ -277,7 +278,7 @@ def _open_torchvision(name: str, root: str, train: bool, download: bool) -> tupl
     except (RuntimeError, OSError) as err:
         hint = ("without network access put the files there yourself" if download else
                 "set `download: true` (data.download) to fetch it, or put the files there")
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"digits5_torchvision: torchvision's {name.upper()} ({'train' if train else 'test'}"
             f" split) could not be read from {root}: {err}; {hint}"
         ) from err
@@ -306,7 +307,7 @@ def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
 @register_source("digits5_torchvision")
 def _digits5_torchvision(request: SourceRequest) -> SourceData:
     if request.root is None:
-        raise ValueError("data source 'digits5_torchvision' is read from a folder but no root "
+        raise ConfigError("data source 'digits5_torchvision' is read from a folder but no root "
                          "was given; set data.root (and `download: true` to fetch the files)")
     return _load_digits5_torchvision(os.fspath(request.root), bool(request.download))
 

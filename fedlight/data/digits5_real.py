@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.images import domain_source, require_folder, require_root
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -46,14 +47,14 @@ def _read_pair(path: Path) -> tuple[np.ndarray, np.ndarray]:
             images, labels = pickle.load(stream)
         images, labels = np.asarray(images), np.asarray(labels).astype(np.int64).reshape(-1)
     except (OSError, ValueError, TypeError, pickle.UnpicklingError, EOFError) as err:
-        raise ValueError(f"data source 'digits5_real': cannot read {path} as an (images, "
+        raise ConfigError(f"data source 'digits5_real': cannot read {path} as an (images, "
                          f"labels) pair ({type(err).__name__}: {err}); expected {LAYOUT}") from None
     if images.ndim == 4 and images.shape[-1] == 1:
         images = images[..., 0]
     if (images.dtype != np.uint8 or images.ndim not in (3, 4) or len(images) != len(labels)
             or (images.ndim == 4 and images.shape[-1] != 3) or labels.min(initial=0) < 0
             or labels.max(initial=0) > 9):
-        raise ValueError(f"data source 'digits5_real': {path} holds images {images.dtype} "
+        raise ConfigError(f"data source 'digits5_real': {path} holds images {images.dtype} "
                          f"{images.shape} and {len(labels)} labels; expected {LAYOUT}")
     return images, labels
 
@@ -75,10 +76,10 @@ def _domain(root: Path, name: str, size: int) -> tuple[np.ndarray, ...]:
         (folder / "partitions").glob("train_part*.pkl"),
         key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
     if not parts:
-        raise FileNotFoundError(f"data source 'digits5_real': no train.pkl in {folder} and no "
+        raise MissingFileError(f"data source 'digits5_real': no train.pkl in {folder} and no "
                                 f"train_part*.pkl in {folder / 'partitions'}; expected {LAYOUT}")
     if not (folder / "test.pkl").is_file():
-        raise FileNotFoundError(f"data source 'digits5_real': {folder / 'test.pkl'} does not "
+        raise MissingFileError(f"data source 'digits5_real': {folder / 'test.pkl'} does not "
                                 f"exist; expected {LAYOUT}")
     train = [_read_pair(p) for p in parts]
     x_test, y_test = _read_pair(folder / "test.pkl")

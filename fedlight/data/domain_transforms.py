@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms.v2 import functional as F
 
+from fedlight.core.errors import ConfigError
 from fedlight.data.sources import SourceData, _from_arrays
 
 __all__ = ["JITTER_SEED", "JITTER_SETTINGS", "TRANSFORMS", "check_names", "split_domains",
@@ -93,11 +94,11 @@ TRANSFORMS: dict[str, Callable[[Tensor, np.ndarray], Tensor]] = {
 def check_names(names: Sequence[str]) -> None:
     """A one-line ValueError for an empty list or a name not in `TRANSFORMS`."""
     if isinstance(names, str) or not names:
-        raise ValueError(f"data.domain_transforms={names!r} is invalid; give a list of "
+        raise ConfigError(f"data.domain_transforms={names!r} is invalid; give a list of "
                          f"transformation names, one per domain, from: {', '.join(TRANSFORMS)}")
     unknown = [name for name in names if name not in TRANSFORMS]
     if unknown:
-        raise ValueError(f"unknown domain transformation {unknown[0]!r} in "
+        raise ConfigError(f"unknown domain transformation {unknown[0]!r} in "
                          f"data.domain_transforms; valid: {', '.join(TRANSFORMS)}")
 
 
@@ -142,11 +143,11 @@ def with_domain_transforms(data: SourceData, names: Sequence[str], seed: int,
     """
     check_names(names)
     if data.pixel_standardization is None or data.x_train.ndim != 4:
-        raise ValueError(f"data.domain_transforms needs an image source (pixels in [0, 1], "
+        raise ConfigError(f"data.domain_transforms needs an image source (pixels in [0, 1], "
                          f"e.g. imagefolder, cifar10, mnist5k); {source!r} gives inputs of "
                          f"shape {tuple(data.input_shape)} that are not such images")
     if data.domains_train is not None or data.client_splits is not None:
-        raise ValueError(f"data.domain_transforms splits a single-domain source into domains, "
+        raise ConfigError(f"data.domain_transforms splits a single-domain source into domains, "
                          f"but {source!r} comes split into "
                          f"{'domains' if data.domains_train is not None else 'clients'} already")
     rng = np.random.default_rng([seed, _SPLIT_STREAM])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.images import decode_images, domain_source, require_folder, require_root
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -36,7 +37,7 @@ LAYOUT = ("root/<domain>/<class>/*.jpg and root/<domain>_train.txt, <domain>_tes
 def _split_list(root: Path, domain: str, split: str) -> tuple[list[str], list[int]]:
     listing = root / f"{domain}_{split}.txt"
     if not listing.is_file():
-        raise FileNotFoundError(f"data source 'domainnet10': {listing} does not exist; "
+        raise MissingFileError(f"data source 'domainnet10': {listing} does not exist; "
                                 f"expected {LAYOUT}")
     index = {name: i for i, name in enumerate(CLASSES)}
     files, labels = [], []
@@ -44,18 +45,18 @@ def _split_list(root: Path, domain: str, split: str) -> tuple[list[str], list[in
         fields = line.split()
         parts = fields[0].split("/") if fields else []
         if len(fields) != 2 or len(parts) < 3:
-            raise ValueError(f"data source 'domainnet10': {listing} line {number} ({line[:60]!r})"
+            raise ConfigError(f"data source 'domainnet10': {listing} line {number} ({line[:60]!r})"
                              f" is not '<domain>/<class>/<file> <label>'; expected {LAYOUT}")
         if parts[-2] in index:
             files.append(str(root / fields[0]))
             labels.append(index[parts[-2]])
     missing = sorted(set(CLASSES) - {CLASSES[label] for label in labels})
     if missing:
-        raise ValueError(f"data source 'domainnet10': {listing} lists no image of class "
+        raise ConfigError(f"data source 'domainnet10': {listing} lists no image of class "
                          f"{missing[0]!r}; expected {LAYOUT}")
     absent = next((f for f in files if not Path(f).is_file()), None)
     if absent is not None:
-        raise FileNotFoundError(f"data source 'domainnet10': {absent}, listed in {listing}, "
+        raise MissingFileError(f"data source 'domainnet10': {absent}, listed in {listing}, "
                                 f"does not exist; expected {LAYOUT}")
     return files, labels
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.images import cached, content_key, require_root
 from fedlight.data.sources import SourceData, SourceRequest, _from_arrays, register_source
 
@@ -46,14 +47,14 @@ def _split_folders(root: Path) -> dict[str, Path]:
             return {"train": base / "train", "test": base / "test"}
         if (base / "all_data").is_dir():
             return {"train": base / "all_data"}
-    raise FileNotFoundError(f"data source 'femnist': no train/ and test/ (or all_data/) folder "
+    raise MissingFileError(f"data source 'femnist': no train/ and test/ (or all_data/) folder "
                             f"in {root}; expected {LAYOUT}")
 
 
 def _read_file(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(users, x as uint8 (N, 784), y, user index per sample) of one LEAF JSON file."""
     def bad(what: str) -> ValueError:
-        return ValueError(f"data source 'femnist': {path}: {what}; expected {LAYOUT}")
+        return ConfigError(f"data source 'femnist': {path}: {what}; expected {LAYOUT}")
 
     try:
         record = json.loads(path.read_text())
@@ -87,7 +88,7 @@ def _read_file(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarra
 def _read_split(folder: Path) -> dict[str, np.ndarray]:
     files = sorted(folder.glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"data source 'femnist': {folder} holds no .json file; "
+        raise MissingFileError(f"data source 'femnist': {folder} holds no .json file; "
                                 f"expected {LAYOUT}")
     users, xs, ys, groups = [], [], [], []
     for path in files:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedlight.core.errors import ConfigError, MissingFileError
 
-class DataFormatError(ValueError):
+
+class DataFormatError(ConfigError):
     """A data file that does not follow its publisher's format (the message names the file,
     the line or record, and what was expected)."""
 
@@ -25,7 +27,7 @@ class DataFormatError(ValueError):
 def require_root(name: str, root: str | None, layout: str) -> Path:
     """``root`` as a path; a one-line error saying how to lay the data out when it is None."""
     if root is None:
-        raise ValueError(f"data source {name!r} is read from a folder but no root was given; "
+        raise ConfigError(f"data source {name!r} is read from a folder but no root was given; "
                          f"set data.root to a folder holding {layout}")
     return Path(root)
 
@@ -33,7 +35,7 @@ def require_root(name: str, root: str | None, layout: str) -> Path:
 def missing_files(name: str, folder: Path, files: Sequence[str], how: str) -> FileNotFoundError:
     """The error for data files that are not there: what was looked for and how to get it."""
     absent = [f for f in files if not (folder / f).exists()]
-    return FileNotFoundError(f"data source {name!r}: {', '.join(absent)} not found in "
+    return MissingFileError(f"data source {name!r}: {', '.join(absent)} not found in "
                              f"{str(folder)!r}; {how}")
 
 

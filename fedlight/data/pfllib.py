@@ -25,21 +25,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
-        raise FileNotFoundError(f"PFLlib folder is missing client file {str(path)!r}")
+        raise MissingFileError(f"PFLlib folder is missing client file {str(path)!r}")
     with np.load(path, allow_pickle=True) as archive:
         if "data" not in archive:
-            raise ValueError(f"{str(path)!r} has no 'data' entry (PFLlib writes data={{x, y}})")
+            raise ConfigError(f"{str(path)!r} has no 'data' entry (PFLlib writes data={{x, y}})")
         record = archive["data"].tolist()
     if not isinstance(record, dict) or not {"x", "y"} <= set(record):
-        raise ValueError(f"{str(path)!r}: 'data' must be a dict with 'x' and 'y'")
+        raise ConfigError(f"{str(path)!r}: 'data' must be a dict with 'x' and 'y'")
     x, y = np.asarray(record["x"]), np.asarray(record["y"])
     if len(x) != len(y):
-        raise ValueError(f"{str(path)!r}: x has {len(x)} samples but y has {len(y)}")
+        raise ConfigError(f"{str(path)!r}: x has {len(x)} samples but y has {len(y)}")
     return x, y
 
 
@@ -57,12 +58,12 @@ def _inputs(x: np.ndarray) -> torch.Tensor:
 def load_pfllib(root: str | None) -> SourceData:
     """Read a PFLlib dataset folder; the returned ``SourceData`` carries its client split."""
     if root is None:
-        raise ValueError("data source 'pfllib' needs data.root: the PFLlib dataset folder "
+        raise ConfigError("data source 'pfllib' needs data.root: the PFLlib dataset folder "
                          "holding config.json, train/ and test/")
     folder = Path(root)
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"no PFLlib config.json in {str(folder)!r}; expected "
+        raise MissingFileError(f"no PFLlib config.json in {str(folder)!r}; expected "
                                 "<root>/config.json, <root>/train/<i>.npz, <root>/test/<i>.npz")
     config = json.loads(config_path.read_text())
     num_clients = int(config["num_clients"])
@@ -81,7 +82,7 @@ def load_pfllib(root: str | None) -> SourceData:
     y_all = np.concatenate(ys).astype(np.int64)
     num_classes = int(config.get("num_classes") or int(y_all.max()) + 1)
     if y_all.min() < 0 or y_all.max() >= num_classes:
-        raise ValueError(f"labels in {str(folder)!r} fall outside 0..{num_classes - 1}")
+        raise ConfigError(f"labels in {str(folder)!r} fall outside 0..{num_classes - 1}")
     return SourceData(
         x_train=_inputs(np.concatenate(xs)),
         y_train=torch.from_numpy(y_all), x_test=None, y_test=None, num_classes=num_classes,
@@ -100,11 +101,11 @@ def read_partition_file(path: str | Path, pool_size: int) -> list[tuple[np.ndarr
     index in ``0..pool_size-1``, no sample in two places, no client without training data."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"partition file {str(path)!r} does not exist")
+        raise MissingFileError(f"partition file {str(path)!r} does not exist")
     record = json.loads(path.read_text())
     clients = record.get("clients") if isinstance(record, dict) else None
     if not isinstance(clients, list) or not clients:
-        raise ValueError(f"{str(path)!r} must hold {{\"clients\": [{{\"train\": [...], "
+        raise ConfigError(f"{str(path)!r} must hold {{\"clients\": [{{\"train\": [...], "
                          "\"test\": [...]}, ...]}} with at least one client")
     owner: dict[int, str] = {}
     splits = []
@@ -112,16 +113,16 @@ def read_partition_file(path: str | Path, pool_size: int) -> list[tuple[np.ndarr
         train = np.asarray(client.get("train", []), dtype=np.int64)
         test = np.asarray(client.get("test", []), dtype=np.int64)
         if len(train) == 0:
-            raise ValueError(f"{str(path)!r}: client {client_id} has no training sample")
+            raise ConfigError(f"{str(path)!r}: client {client_id} has no training sample")
         for name, index in (("train", train), ("test", test)):
             bad = index[(index < 0) | (index >= pool_size)]
             if len(bad):
-                raise ValueError(f"{str(path)!r}: client {client_id} {name} index {int(bad[0])} "
+                raise ConfigError(f"{str(path)!r}: client {client_id} {name} index {int(bad[0])} "
                                  f"is out of range 0..{pool_size - 1}")
             for i in index.tolist():
                 where = f"client {client_id} {name}"
                 if i in owner:
-                    raise ValueError(f"{str(path)!r}: sample {i} is in {owner[i]} and in {where}")
+                    raise ConfigError(f"{str(path)!r}: sample {i} is in {owner[i]} and in {where}")
                 owner[i] = where
         splits.append((train, test))
     return splits

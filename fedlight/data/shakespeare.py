@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedlight.core.errors import MissingFileError
 from fedlight.data.files import DataFormatError, require_root
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -114,7 +115,7 @@ def read_split(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``user -> (inputs, targets)`` over every JSON file of one split folder."""
     files = sorted(folder.glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"data source {NAME!r}: no *.json file in {str(folder)!r}; "
+        raise MissingFileError(f"data source {NAME!r}: no *.json file in {str(folder)!r}; "
                                 f"{HOW}")
     split: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for path in files:
@@ -142,7 +143,7 @@ def _load(root: str | None) -> SourceData:
     folder = require_root(NAME, root, "LEAF's train/*.json and test/*.json")
     for split in ("train", "test"):
         if not (folder / split).is_dir():
-            raise FileNotFoundError(f"data source {NAME!r}: no {split}/ folder in "
+            raise MissingFileError(f"data source {NAME!r}: no {split}/ folder in "
                                     f"{str(folder)!r}; {HOW}")
     train, test = read_split(folder / "train"), read_split(folder / "test")
     names = sorted(set(train) | set(test))

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from fedlight.core.errors import ConfigError
+
 __all__ = ["format_stats_table", "partition_stats", "save_heatmap"]
 
 _SPARK = "·▁▂▃▄▅▆▇█"  # "·" is an absent class
@@ -19,7 +21,7 @@ def _label_counts(labels: np.ndarray, num_classes: int, which: str, client: int)
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     bad = labels[(labels < 0) | (labels >= num_classes)]
     if len(bad):
-        raise ValueError(
+        raise ConfigError(
             f"client {client} has {which} label {bad[0]} outside 0..{num_classes - 1} "
             f"(num_classes={num_classes})"
         )

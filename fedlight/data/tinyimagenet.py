@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.images import (
     class_folders,
     decode_images,
@@ -44,7 +45,7 @@ def _folder(root: Path, download: bool) -> Path:
         download_archive(URL, root, "tinyimagenet", LAYOUT)
         return _folder(root, False)
     require_folder(root, "tinyimagenet", LAYOUT, "set `download: true` to fetch it")
-    raise FileNotFoundError(f"data source 'tinyimagenet': no wnids.txt in {root} or "
+    raise MissingFileError(f"data source 'tinyimagenet': no wnids.txt in {root} or "
                             f"{root / 'tiny-imagenet-200'}; expected {LAYOUT}; set "
                             "`download: true` to fetch it")
 
@@ -52,19 +53,19 @@ def _folder(root: Path, download: bool) -> Path:
 def _val_split(folder: Path, classes: list[str]) -> tuple[list[str], list[int]]:
     annotations = folder / "val" / "val_annotations.txt"
     if not annotations.is_file():
-        raise FileNotFoundError(f"data source 'tinyimagenet': {annotations} does not exist; "
+        raise MissingFileError(f"data source 'tinyimagenet': {annotations} does not exist; "
                                 f"expected {LAYOUT}")
     index = {wnid: i for i, wnid in enumerate(classes)}
     files, labels = [], []
     for number, line in enumerate(annotations.read_text().splitlines(), 1):
         fields = line.split("\t")
         if len(fields) < 2 or fields[1] not in index:
-            raise ValueError(f"data source 'tinyimagenet': {annotations} line {number} "
+            raise ConfigError(f"data source 'tinyimagenet': {annotations} line {number} "
                              f"({line[:60]!r}) is not '<file>\\t<wnid from wnids.txt>\\t...'; "
                              f"expected {LAYOUT}")
         path = folder / "val" / "images" / fields[0]
         if not path.is_file():
-            raise FileNotFoundError(f"data source 'tinyimagenet': {path}, listed in "
+            raise MissingFileError(f"data source 'tinyimagenet': {path}, listed in "
                                     f"{annotations}, does not exist; expected {LAYOUT}")
         files.append(str(path))
         labels.append(index[fields[1]])

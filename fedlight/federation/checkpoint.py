@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fedlight.core.errors import ConfigError, DamagedFileError
+from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.core.files import atomic_write
 from fedlight.federation.server.base import ServerRule, move
 
@@ -49,7 +49,7 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
     if ckpt_path not in NAMED:
         path = Path(ckpt_path)
         if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt_path!r} does not exist; give a "
+            raise MissingFileError(f"checkpoint {ckpt_path!r} does not exist; give a "
                                     "checkpoint file, last or best")
         return path
     name = NAMED[ckpt_path]
@@ -57,7 +57,7 @@ def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
     candidates = [p for p in root.glob(f"{run_name}*/checkpoints/{name}")
                   if pattern.fullmatch(p.parent.parent.name)]
     if not candidates:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"ckpt_path={ckpt_path!r} but no run named {run_name!r} with checkpoints/{name} "
             f"exists under {str(root)!r}; pass a checkpoint path or run fit first")
     return max(candidates, key=lambda p: p.stat().st_mtime)
@@ -102,9 +102,9 @@ def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str |
     """Refuse a checkpoint written by another method (or, unless server_rule is None,
     another server rule), naming both."""
     if checkpoint["method"] != method:
-        raise ValueError(f"checkpoint was written by {checkpoint['method']}, not {method}")
+        raise ConfigError(f"checkpoint was written by {checkpoint['method']}, not {method}")
     if server_rule is not None and checkpoint["server_rule"] != server_rule:
-        raise ValueError(f"checkpoint was written with server rule "
+        raise ConfigError(f"checkpoint was written with server rule "
                          f"{checkpoint['server_rule']}, not {server_rule}")
 
 
@@ -142,7 +142,7 @@ def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any
     if keys:
         changes = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
                             for k in keys)
-        raise ValueError(
+        raise ConfigError(
             f"the checkpoint's run was trained with a different configuration ({changes}); "
             "resume it with its own configuration (only trainer.rounds may change, where the "
             "method allows it) or start a new run without ckpt_path")

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.checkpoint import (
     LAST,
@@ -113,14 +114,14 @@ class RunCheckpoints:
         ignore = (*RESUMABLE_CHANGES, "trainer.", "server") if states_only else RESUMABLE_CHANGES
         check_same_config(checkpoint.get("config"), self._hyperparameters(), ignore)
         if not states_only and checkpoint["rounds_done"] >= self.rounds:
-            raise ValueError(
+            raise ConfigError(
                 f"nothing to train: the run is at round {checkpoint['rounds_done']} and "
                 f"trainer.rounds is {self.rounds}; pass trainer.rounds above "
                 f"{checkpoint['rounds_done']} to extend it (fedlight test evaluates it as it is)")
         planned = (checkpoint.get("config") or {}).get("trainer", {}).get("rounds", self.rounds)
         if not states_only and self.client.reads_planned_rounds and planned != self.rounds:
             method = type(self.client).__name__
-            raise ValueError(
+            raise ConfigError(
                 f"{method} trains with trainer.rounds as the planned number of rounds, so "
                 f"resuming its {planned}-round run with trainer.rounds {self.rounds} would "
                 f"differ from a run planned for {self.rounds} rounds; resume with "

@@ -25,6 +25,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.strategies.ddp import DDPStrategy
 from torch import nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.interrupt import SignalScope
 from fedlight.federation.server.base import move as _move
 from fedlight.federation.store import STORAGES
@@ -48,13 +49,14 @@ class FederatedDDPStrategy(DDPStrategy):
 def check_scale_options(strategy: str, drop_rate: float, client_state_storage: str) -> None:
     """Raise ``ValueError`` naming the bad value of the trainer's scale-out options."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"trainer.strategy: unknown strategy {strategy!r}; valid: "
+        raise ConfigError(f"trainer.strategy: unknown strategy {strategy!r}; valid: "
                          f"{', '.join(STRATEGIES)} (the sharding strategies split ONE model "
                          "across devices; fedlight runs different clients on different processes)")
     if not 0 <= drop_rate < 1:
-        raise ValueError(f"trainer.drop_rate must be in [0, 1), got {drop_rate}")
+        raise ConfigError(f"trainer.drop_rate must be in [0, 1), got {drop_rate}")
     if client_state_storage not in STORAGES:
-        raise ValueError(f"trainer.client_state_storage: unknown storage {client_state_storage!r}; "
+        raise ConfigError(f"trainer.client_state_storage: unknown storage "
+                          f"{client_state_storage!r}; "
                          "valid: "
                          f"{', '.join(STORAGES)}")
 
@@ -70,7 +72,7 @@ def check_precision(precision: str) -> str:
     """Return ``precision`` when it is one of :data:`PRECISIONS`, else raise ``ValueError``
     naming it and the valid values."""
     if str(precision) not in PRECISIONS:
-        raise ValueError(f"trainer.precision {precision!r} is not supported; valid: "
+        raise ConfigError(f"trainer.precision {precision!r} is not supported; valid: "
                          f"{', '.join(PRECISIONS)} (fedlight trains float32 weights; the "
                          "'-true' half / double precisions and transformer-engine do not run)")
     return str(precision)
@@ -86,7 +88,7 @@ def check_threads(threads: int | str | None) -> int | str | None:
     valid = threads in THREAD_RULES or (isinstance(threads, int) and not isinstance(threads, bool)
                                         and threads >= 1)
     if not valid:
-        raise ValueError(f"trainer.threads must be 'auto', None or an integer >= 1, got "
+        raise ConfigError(f"trainer.threads must be 'auto', None or an integer >= 1, got "
                          f"{threads!r}")
     return threads
 

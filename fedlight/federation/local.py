@@ -52,6 +52,7 @@ from lightning.fabric import Fabric
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient, Phase, Upload
+from fedlight.core.errors import ConfigError, TrainingDiverged
 from fedlight.data.datamodule import iterate_batches
 
 OPTIMIZER_STATES = ("fresh", "persist")
@@ -131,7 +132,7 @@ def only_trainable(client: nn.Module, patterns: Sequence[str] | None) -> Iterato
     named = list(client.named_parameters())
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in named):
-            raise ValueError(f"{type(client).__name__}: phase pattern {pattern!r} matches no "
+            raise ConfigError(f"{type(client).__name__}: phase pattern {pattern!r} matches no "
                              "parameter")
     previous = {n: p.requires_grad for n, p in named}
     for name, param in named:
@@ -159,13 +160,14 @@ class LocalLoop:
                  gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
                  optimizer_state: str = "fresh") -> None:
         if optimizer_state not in OPTIMIZER_STATES:
-            raise ValueError(f"trainer.optimizer_state: unknown state {optimizer_state!r}; "
+            raise ConfigError(f"trainer.optimizer_state: unknown state {optimizer_state!r}; "
                              f"valid: {', '.join(OPTIMIZER_STATES)}")
         if gradient_clip_algorithm not in CLIP_ALGORITHMS:
-            raise ValueError(f"trainer.gradient_clip_algorithm: unknown algorithm "
+            raise ConfigError(f"trainer.gradient_clip_algorithm: unknown algorithm "
                              f"{gradient_clip_algorithm!r}; valid: {', '.join(CLIP_ALGORITHMS)}")
         if gradient_clip_val is not None and gradient_clip_val <= 0:
-            raise ValueError(f"trainer.gradient_clip_val must be positive, got {gradient_clip_val}")
+            raise ConfigError(f"trainer.gradient_clip_val must be positive, got "
+                              f"{gradient_clip_val}")
         self.fabric = fabric
         self.batch_size = batch_size
         self.gradient_clip_val = gradient_clip_val
@@ -324,10 +326,10 @@ def check_phases(client: nn.Module, phases: Sequence[Phase]) -> None:
 
 
 def non_finite_loss(client: nn.Module, phase: Phase,
-                    where: tuple[int, int] | None) -> FloatingPointError:
+                    where: tuple[int, int] | None) -> TrainingDiverged:
     """The error of a phase whose summed loss is not finite; ``where``: (client, round)."""
     place = f"client {where[0]} in round {where[1] + 1}, " if where is not None else ""
-    return FloatingPointError(
+    return TrainingDiverged(
         f"non-finite training loss for {place}phase {phase.name!r} "
         f"(lr={getattr(client, 'lr', '?')}); lower the learning rate or check the data")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone
 
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
@@ -22,7 +23,7 @@ MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 def check_memory_format(value: str) -> str:
     """Return ``value`` when it is one of :data:`MEMORY_FORMATS`, else raise ``ValueError``."""
     if value not in MEMORY_FORMATS:
-        raise ValueError(f"trainer.memory_format: unknown memory format {value!r}; valid: "
+        raise ConfigError(f"trainer.memory_format: unknown memory format {value!r}; valid: "
                          f"{', '.join(MEMORY_FORMATS)}")
     return value
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from fedlight.core.errors import ConfigError
+
 #: A run's loggers: csv is always on; tensorboard and wandb are added on request.
 LoggerName = Literal["csv", "tensorboard", "wandb"]
 LOGGERS: tuple[str, ...] = get_args(LoggerName)
@@ -34,7 +36,7 @@ def normalize_loggers(logger: bool | str | Sequence[str]) -> list[str]:
         names = ["csv", *logger]
     for name in names:
         if name not in LOGGERS:
-            raise ValueError(f"trainer.logger: unknown logger {name!r}; valid: "
+            raise ConfigError(f"trainer.logger: unknown logger {name!r}; valid: "
                              f"{', '.join(LOGGERS)}")
     return list(dict.fromkeys(names))
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.aggregate import WEIGHTINGS
 from fedlight.federation.launch import apply_threads
@@ -37,11 +38,11 @@ def check_options(join_ratio: float, weighting: str, **counts: int) -> None:
     """Refuse a join ratio outside (0, 1], an unknown weighting and counts below 1."""
     for name, value in counts.items():
         if value < 1:
-            raise ValueError(f"trainer.{name} must be at least 1, got {value}")
+            raise ConfigError(f"trainer.{name} must be at least 1, got {value}")
     if not 0 < join_ratio <= 1:
-        raise ValueError(f"trainer.join_ratio must be in (0, 1], got {join_ratio}")
+        raise ConfigError(f"trainer.join_ratio must be in (0, 1], got {join_ratio}")
     if weighting not in WEIGHTINGS:
-        raise ValueError(f"trainer.weighting: unknown weighting {weighting!r}; valid: "
+        raise ConfigError(f"trainer.weighting: unknown weighting {weighting!r}; valid: "
                          f"{', '.join(WEIGHTINGS)}")
 
 
@@ -56,7 +57,7 @@ def prepare_run(model: FederatedClient, datamodule: FederatedDataModule, seed: i
     apply_threads(threads, device or torch.device("cpu"))
     datamodule.setup("fit")
     if model.num_classes != datamodule.num_classes:
-        raise ValueError(f"model has {model.num_classes} classes but data source "
+        raise ConfigError(f"model has {model.num_classes} classes but data source "
                          f"{datamodule.source!r} has {datamodule.num_classes}")
     _ = model.partition  # resolve and check the shared / private patterns now
     if reinit:

@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
+
 STORAGES = ("memory", "disk")
 _ALIGN = 64  # bytes; every tensor of a slot starts on a cache line (and on its dtype's size)
 
@@ -179,7 +181,7 @@ def make_store(storage: str, template: Mapping[str, Tensor], num_clients: int,
         return MemoryClientStore()
     if storage == "disk":
         return DiskClientStore(template, num_clients, directory)
-    raise ValueError(f"unknown client_state_storage {storage!r}; valid: {', '.join(STORAGES)}")
+    raise ConfigError(f"unknown client_state_storage {storage!r}; valid: {', '.join(STORAGES)}")
 
 
 __all__ = ["STORAGES", "ClientStore", "DiskClientStore", "MemoryClientStore", "make_store"]

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from fedlight import __version__
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.batched import BatchedEngine, batching_refusal
 from fedlight.federation.checkpoint import BEST, LAST, load_checkpoint
@@ -210,7 +211,7 @@ class FederatedTrainer(RunCheckpoints):
         self.memory_format = check_memory_format(memory_format)
         if isinstance(batched_clients, bool) or not isinstance(batched_clients, int) or (
                 batched_clients < 1):
-            raise ValueError(f"trainer.batched_clients must be a positive integer, got "
+            raise ConfigError(f"trainer.batched_clients must be a positive integer, got "
                              f"{batched_clients!r} (1 trains clients one after another)")
         self.batched_clients = batched_clients
         self.precision = precision

@@ -28,6 +28,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedlight.config import RunConfig
+from fedlight.core.errors import ConfigError
 from fedlight.federation.evaluation import Evaluator, Score
 from fedlight.federation.local import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format
@@ -79,7 +80,7 @@ class ClientNode:
     def __init__(self, run: RunConfig, client_id: int, folder: str | Path) -> None:
         num_clients = run.datamodule.num_clients
         if not 0 <= client_id < num_clients:
-            raise ValueError(f"client id {client_id} is outside 0..{num_clients - 1} (the "
+            raise ConfigError(f"client id {client_id} is outside 0..{num_clients - 1} (the "
                              "config's data.num_clients)")
         initial_private, memory_format = prepared(run)
         trainer = run.trainer
@@ -151,7 +152,7 @@ class ClientNode:
         file = self.folder / f"round-{rounds[-1]}.pt"
         saved = torch.load(file, map_location="cpu", weights_only=False)  # our own file
         if set(saved["private"]) != set(self.population.initial_private):
-            raise ValueError(f"{file} holds the private state of another model (keys "
+            raise ConfigError(f"{file} holds the private state of another model (keys "
                              f"{sorted(saved['private'])[:3]}...); give this run its own state-dir")
         population.states[client_id] = saved["private"]
         if saved["optimizer"]:
@@ -162,7 +163,7 @@ class ClientNode:
 def client_id_of(context: Context) -> int:
     """The fedlight client id a SuperNode plays: its node config's partition-id."""
     if "partition-id" not in context.node_config:
-        raise ValueError("the SuperNode has no partition-id in its node config; start it with "
+        raise ConfigError("the SuperNode has no partition-id in its node config; start it with "
                          "--node-config \"partition-id=<fedlight client id>\"")
     return int(context.node_config["partition-id"])
 
@@ -192,7 +193,7 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
                                              overrides=overrides, state_dir=state_dir),
                        str(task["run"]))
         if int(task["client-id"]) != node.client_id:
-            raise ValueError(f"a message for client {task['client-id']} reached the SuperNode "
+            raise ConfigError(f"a message for client {task['client-id']} reached the SuperNode "
                              f"of client {node.client_id}")
         return node
 

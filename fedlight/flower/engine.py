@@ -21,6 +21,7 @@ from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.evaluation import Score
 from fedlight.federation.protocol import ClientFailure, ClientResult, TrainTask
 from fedlight.flower.codec import decode_result, encode_evaluation, encode_task, unpack_scores
@@ -29,7 +30,7 @@ NAME = "flower"
 
 
 def mismatch(num_supernodes: int, num_clients: int) -> ValueError:
-    return ValueError(f"the federation has {num_supernodes} SuperNodes (num-supernodes) but the "
+    return ConfigError(f"the federation has {num_supernodes} SuperNodes (num-supernodes) but the "
                       f"config has data.num_clients={num_clients}; they must be equal (one "
                       "SuperNode per client)")
 
@@ -62,10 +63,10 @@ class FlowerEngine:
     def attach(self, trainer: Any) -> None:
         """Refuse what a Flower run cannot do, then find every client's SuperNode."""
         if trainer.probes:
-            raise ValueError("trainer.probes are not supported under Flower (a probe needs the "
+            raise ConfigError("trainer.probes are not supported under Flower (a probe needs the "
                              "whole population in one process); valid: none")
         if trainer.fabric.world_size != 1:
-            raise ValueError(f"trainer.devices x num_nodes = {trainer.fabric.world_size} "
+            raise ConfigError(f"trainer.devices x num_nodes = {trainer.fabric.world_size} "
                              "processes is not supported under Flower; valid: 1 (start more "
                              "SuperNodes)")
         self.trainer = trainer
@@ -107,7 +108,7 @@ class FlowerEngine:
             if "num-partitions" in answer and int(answer["num-partitions"]) != self.num_clients:
                 raise mismatch(int(answer["num-partitions"]), self.num_clients)
             if not 0 <= client_id < self.num_clients:
-                raise ValueError(f"a SuperNode plays client {client_id} but the config has "
+                raise ConfigError(f"a SuperNode plays client {client_id} but the config has "
                                  f"data.num_clients={self.num_clients} (valid partition-id: "
                                  f"0..{self.num_clients - 1})")
             self.asked.add(node)

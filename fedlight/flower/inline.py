@@ -24,6 +24,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedlight.compat import empty_flower_run, set_task_identity, stamp_message_id
+from fedlight.core.errors import ConfigError
 
 SUPERLINK_NODE_ID = 1  # the node id Flower gives the SuperLink
 FIRST_NODE_ID = 1000  # SuperNodes get ids apart from their partition ids, as under Flower
@@ -44,7 +45,7 @@ class InlineGrid(Grid):
     def __init__(self, client_app: ClientApp, num_nodes: int,
                  run_config: dict[str, Any] | None = None, run_id: int | None = None) -> None:
         if num_nodes < 1:
-            raise ValueError(f"num_nodes must be at least 1, got {num_nodes}")
+            raise ConfigError(f"num_nodes must be at least 1, got {num_nodes}")
         self.client_app = client_app
         run_id = secrets.randbits(63) if run_id is None else run_id
         self._run = empty_flower_run(run_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlight.config import RunConfig, read_config
+from fedlight.core.errors import ConfigError
 
 
 def find_config(path: str) -> Path:
@@ -22,7 +23,7 @@ def find_config(path: str) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    raise ValueError(f"fedlight config {path!r} not found in the working folder or the app's")
+    raise ConfigError(f"fedlight config {path!r} not found in the working folder or the app's")
 
 
 def app_settings(run_config: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def app_settings(run_config: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
 def load_from(settings: Mapping[str, Any]) -> RunConfig:
     """load_run for an app's settings: config (required) and overrides (optional)."""
     if "config" not in settings:
-        raise ValueError("no fedlight config: set config in the run config ([tool.flwr.app."
+        raise ConfigError("no fedlight config: set config in the run config ([tool.flwr.app."
                          "config] or --run-config \"config='path.yaml'\")")
     return load_run(str(settings["config"]), parse_overrides(settings.get("overrides")))
 

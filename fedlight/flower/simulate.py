@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from fedlight.core.errors import ConfigError
 from fedlight.flower.client import build_client_app
 from fedlight.flower.inline import run_inline
 from fedlight.flower.server import Outcome, build_server_app
@@ -42,9 +43,9 @@ def simulate(config: str, overrides: str | list[str] | None = None,
             process, see fedlight.flower.inline; no Ray needed).
     """
     if num_cpus < 1:
-        raise ValueError(f"num_cpus must be at least 1, got {num_cpus}")
+        raise ConfigError(f"num_cpus must be at least 1, got {num_cpus}")
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
 
     path, arguments = str(find_config(config)), parse_overrides(overrides)
     num_clients = load_run(path, arguments).datamodule.num_clients

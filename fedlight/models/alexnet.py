@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, image_shape
 from fedlight.models.cnn import fc_backbone
 
@@ -82,7 +83,7 @@ def alexnet_bn(
     channels, height, width = shape
     if not (_spatial_out(height) and _spatial_out(width)):
         smallest = next(s for s in itertools.count(1) if _spatial_out(s))
-        raise ValueError(
+        raise ConfigError(
             f"backbone 'alexnet_bn' cannot take input shape {shape}: its convolutions and "
             f"poolings need height and width of at least {smallest}"
         )

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError
+
 CUTS = ("coarse", "fine")
 
 
@@ -88,10 +90,10 @@ class Backbone(nn.Module):
         if cut == "fine" and self._fine_blocks is not None:
             return list(self._fine_blocks)
         if cut == "fine":
-            raise ValueError(
+            raise ConfigError(
                 f"backbone {self.name!r} has no 'fine' cut; valid cuts for it: {list(self.cuts)}"
             )
-        raise ValueError(f"unknown cut {cut!r}; valid cuts: {list(CUTS)}")
+        raise ConfigError(f"unknown cut {cut!r}; valid cuts: {list(CUTS)}")
 
     def blocks(self, cut: str = "coarse") -> list[nn.Module]:
         """The blocks of ``cut`` as modules, bottom first; applying them in order is ``forward``.
@@ -104,7 +106,7 @@ class Backbone(nn.Module):
 def check_num_classes(num_classes: int) -> None:
     """Raise a ``ValueError`` unless ``num_classes`` is a positive integer."""
     if not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+        raise ConfigError(f"num_classes must be a positive integer, got {num_classes!r}")
 
 
 def check_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
@@ -114,7 +116,7 @@ def check_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     except TypeError:
         shape = ()
     if not shape or min(shape) < 1:
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} got input shape {input_shape!r}; it must be a non-empty "
             "sequence of positive integers, e.g. (1, 28, 28) or (64,)"
         )
@@ -125,7 +127,7 @@ def image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
     """``input_shape`` as ``(C, H, W)``, or a ``ValueError`` if it is not an image shape."""
     shape = check_shape(name, input_shape)
     if len(shape) != 3:
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} takes images of shape (C, H, W), got input shape {shape}; "
             "use 'mlp' for vector inputs"
         )

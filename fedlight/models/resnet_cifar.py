@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, image_shape
 
 SHORTCUTS = ("projection", "padding")
@@ -61,7 +62,7 @@ def cifar_resnet(
 ) -> Backbone:
     """The ``depth`` = 6n + 2 layer CIFAR ResNet; see ``resnet20``."""
     if shortcut not in SHORTCUTS:
-        raise ValueError(f"unknown shortcut {shortcut!r}; valid: {', '.join(SHORTCUTS)}")
+        raise ConfigError(f"unknown shortcut {shortcut!r}; valid: {', '.join(SHORTCUTS)}")
     shape = image_shape(name, input_shape)
     blocks_per_stage = (depth - 2) // 6
     stem = nn.Conv2d(shape[0], STAGE_WIDTHS[0], 3, padding=1, bias=False)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape
 from fedlight.models.cnn import POOL, Conv, LayerSpec, fc_backbone, spatial_size
 
@@ -49,7 +50,7 @@ def har_cnn(
     """
     shape = check_shape("har_cnn", input_shape)
     if len(shape) != 2:
-        raise ValueError(
+        raise ConfigError(
             f"backbone 'har_cnn' takes signals of shape (C, T), e.g. (9, 128), got input shape "
             f"{shape}"
         )
@@ -57,7 +58,7 @@ def har_cnn(
     out_steps = spatial_size(steps, HAR_CNN)
     if not out_steps:
         smallest = next(s for s in itertools.count(1) if spatial_size(s, HAR_CNN))
-        raise ValueError(f"backbone 'har_cnn' cannot take input shape {shape}: its "
+        raise ConfigError(f"backbone 'har_cnn' cannot take input shape {shape}: its "
                          f"convolutions and poolings need at least {smallest} time steps")
     parts: OrderedDict[str, nn.Module] = OrderedDict(
         features=_temporal_layers(channels, HAR_CNN), flatten=nn.Flatten()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape
 
 PADDING_ID = 0
@@ -22,7 +23,7 @@ def sequence_length(name: str, input_shape: Sequence[int]) -> int:
     """``L`` of ``input_shape == (L,)``, or a ``ValueError`` if it is not a sequence shape."""
     shape = check_shape(name, input_shape)
     if len(shape) != 1:
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} takes token ids of shape (L,), got input shape {shape}"
         )
     return shape[0]
@@ -32,12 +33,12 @@ def check_vocab_size(name: str, vocab_size: int | None) -> int:
     """``vocab_size`` if it is an int of at least 2 (padding and one token), else a
     ``ValueError`` naming ``name``."""
     if vocab_size is None:
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} needs vocab_size (the number of token ids, padding id 0 "
             "included); a token source passes it, or set backbone_kwargs: {vocab_size: N}"
         )
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"backbone {name!r}: vocab_size must be an integer >= 2, got "
+        raise ConfigError(f"backbone {name!r}: vocab_size must be an integer >= 2, got "
                          f"{vocab_size!r}")
     return vocab_size
 

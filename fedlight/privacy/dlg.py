@@ -49,6 +49,7 @@ from lightning.fabric import Fabric
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient, Phase
+from fedlight.core.errors import ConfigError
 from fedlight.federation.local import LocalLoop, only_trainable
 from fedlight.federation.probes import Probe
 from fedlight.federation.sampling import derive_seed
@@ -75,12 +76,12 @@ def psnr(recovered: Tensor, real: Tensor, data_range: float = 1.0) -> float:
         ValueError: shapes differ, a tensor has no batch dimension, or ``data_range <= 0``.
     """
     if recovered.shape != real.shape:
-        raise ValueError(f"shapes differ: recovered {tuple(recovered.shape)}, "
+        raise ConfigError(f"shapes differ: recovered {tuple(recovered.shape)}, "
                          f"real {tuple(real.shape)}")
     if real.ndim < 2:
-        raise ValueError(f"psnr takes batches (B, ...), got shape {tuple(real.shape)}")
+        raise ConfigError(f"psnr takes batches (B, ...), got shape {tuple(real.shape)}")
     if data_range <= 0:
-        raise ValueError(f"data_range must be positive, got {data_range}")
+        raise ConfigError(f"data_range must be positive, got {data_range}")
     a = recovered.detach().double().flatten(1).cpu()
     b = real.detach().double().flatten(1).cpu()
     mse = ((a[:, None, :] - b[None, :, :]) ** 2).mean(-1)  # (recovered, real)
@@ -140,9 +141,9 @@ def dlg_attack(
     _check_choice("loss", loss, LOSSES)
     _check_choice("optimizer", optimizer, OPTIMIZERS)
     if iterations < 1:
-        raise ValueError(f"iterations must be at least 1, got {iterations}")
+        raise ConfigError(f"iterations must be at least 1, got {iterations}")
     if lr <= 0 or step_lr <= 0:
-        raise ValueError(f"lr and step_lr must be positive, got lr={lr}, step_lr={step_lr}")
+        raise ConfigError(f"lr and step_lr must be positive, got lr={lr}, step_lr={step_lr}")
     named = dict(model.named_parameters())
     missing = [n for n in param_names if n not in named or n not in target_update]
     if missing or not param_names:
@@ -211,14 +212,14 @@ def _to_input(raw: Tensor, input_range: tuple[float, float] | None) -> Tensor:
 
 def _check_choice(name: str, value: str, valid: Sequence[str]) -> None:
     if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+        raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
 
 
 def check_image_inputs(x: Tensor, where: str = "this data") -> None:
     """Refuse inputs that are not images: DLG's score, PSNR, is defined on float images of
     shape ``(B, C, H, W)``; token ids, signals and flat feature vectors have no such score."""
     if not x.is_floating_point() or x.ndim != 4:
-        raise ValueError(f"the DLG leakage score (PSNR) needs image inputs, float (C, H, W) per "
+        raise ConfigError(f"the DLG leakage score (PSNR) needs image inputs, float (C, H, W) per "
                          f"sample, but {where} has {str(x.dtype).replace('torch.', '')} inputs "
                          f"of shape {tuple(x.shape[1:])}; remove DLGProbe for this data")
 
@@ -286,11 +287,11 @@ def evaluate_client_leakage(
     shared = set(client.partition.shared)
     private = [client_name for client_name in names.values() if client_name not in shared]
     if private:
-        raise ValueError(f"{type(client).__name__}: the attacked module has parameters the "
+        raise ConfigError(f"{type(client).__name__}: the attacked module has parameters the "
                          f"server never receives ({private[:3]}); attack the shared part only")
     lo, hi = value_range if value_range is not None else (float(x.min()), float(x.max()))
     if hi <= lo:
-        raise ValueError(f"value_range must have hi > lo, got ({lo}, {hi})")
+        raise ConfigError(f"value_range must have hi > lo, got ({lo}, {hi})")
     step_lr = _one_step_lr(client)
     received = {k: v.detach().clone() for k, v in client.state_dict().items()}
     phase = client.phase
@@ -314,7 +315,7 @@ def attacked_batches(train_data: tuple[Tensor, Tensor], batches: int, batch_size
     samples of ``train_data`` drawn without replacement with a generator seeded by ``seed``
     (fewer where the data is short)."""
     if batches < 1 or batch_size < 1:
-        raise ValueError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
+        raise ConfigError(f"batches and batch_size must be at least 1, got {batches}, {batch_size}")
     x, y = train_data
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed)).to(x.device)
     chosen = [order[i * batch_size:(i + 1) * batch_size]
@@ -423,16 +424,16 @@ class DLGProbe(Probe):
                  options: dict[str, Any] | None = None, surface: str | None = None,
                  guesses: bool = False) -> None:
         if every < 1 or batches < 1:
-            raise ValueError(f"every and batches must be at least 1, got {every}, {batches}")
+            raise ConfigError(f"every and batches must be at least 1, got {every}, {batches}")
         self.every, self.batches = every, batches
         self.options = dict(options or {})
         valid = _leakage_options()
         unknown = sorted(set(self.options) - valid)
         if unknown:
-            raise ValueError(f"unknown DLGProbe option(s) {', '.join(unknown)}; valid: "
+            raise ConfigError(f"unknown DLGProbe option(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         if surface is not None and "surface" in self.options:
-            raise ValueError(f"DLGProbe got surface {surface!r} and options.surface "
+            raise ConfigError(f"DLGProbe got surface {surface!r} and options.surface "
                              f"{self.options['surface']!r}; give one")
         self.column = "dlg_psnr" if surface is None else f"dlg_psnr_{surface}"
         if surface is not None:

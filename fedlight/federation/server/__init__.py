@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import (
     Collectives,
     Report,
@@ -42,7 +43,7 @@ def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) 
         return default
     rule = copy.deepcopy(override).wrap_default(default)
     if not default.accepts(rule):
-        raise ValueError(
+        raise ConfigError(
             f"{method} aggregates with its own server rule {type(default).__name__}, which "
             f"server: {type(override).__name__} cannot replace; drop the server section or "
             f"use a {type(default).__name__} subclass")

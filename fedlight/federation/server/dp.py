@@ -57,6 +57,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import (
     Collectives,
     Report,
@@ -84,11 +85,11 @@ class ClientLevelDP:
 
     def __init__(self, clip_norm: float, noise_multiplier: float, delta: float = 1e-5) -> None:
         if not clip_norm > 0:
-            raise ValueError(f"clip_norm must be positive, got {clip_norm}")
+            raise ConfigError(f"clip_norm must be positive, got {clip_norm}")
         if not noise_multiplier >= 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+            raise ConfigError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
         if not 0 < delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {delta}")
+            raise ConfigError(f"delta must be in (0, 1), got {delta}")
         self.clip_norm = float(clip_norm)
         self.noise_multiplier = float(noise_multiplier)
         self.delta = float(delta)
@@ -280,14 +281,14 @@ class DPFedAvg(ServerRule):
     def wrap_default(self, default: ServerRule) -> ServerRule:
         if self.rule is None:
             if not isinstance(default, WeightedMean):
-                raise ValueError(f"DPFedAvg wraps a mean-type rule; the method's rule "
+                raise ConfigError(f"DPFedAvg wraps a mean-type rule; the method's rule "
                                  f"{type(default).__name__} is not one")
             self.rule = default
         return self
 
     def setup(self, initial_state: State, context: ServerContext) -> None:
         if context.weighting != "uniform":
-            raise ValueError(f"client-level DP needs trainer.weighting: uniform (got "
+            raise ConfigError(f"client-level DP needs trainer.weighting: uniform (got "
                              f"{context.weighting!r}): sample-count weights would break the "
                              "per-client sensitivity bound")
         if self.rule is None:

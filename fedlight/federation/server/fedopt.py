@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import State
 from fedlight.federation.server.mean import WeightedMean
 
@@ -42,7 +43,7 @@ class ServerOptimizer(WeightedMean):
 
     def __init__(self, lr: float) -> None:
         if not lr > 0:
-            raise ValueError(f"server lr must be positive, got {lr}")
+            raise ConfigError(f"server lr must be positive, got {lr}")
         super().__init__()
         self.lr = float(lr)
         self.moments: dict[str, dict[str, Tensor]] = {}
@@ -82,7 +83,7 @@ class FedAvgM(ServerOptimizer):
 
     def __init__(self, lr: float = 1.0, momentum: float = 0.9) -> None:
         if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+            raise ConfigError(f"momentum must be in [0, 1), got {momentum}")
         super().__init__(lr)
         self.momentum = float(momentum)
 
@@ -99,9 +100,9 @@ class AdaptiveServerOptimizer(ServerOptimizer):
     def __init__(self, lr: float, beta1: float, beta2: float, tau: float) -> None:
         for name, value in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= value < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+                raise ConfigError(f"{name} must be in [0, 1), got {value}")
         if not tau > 0:
-            raise ValueError(f"tau (adaptivity) must be positive, got {tau}")
+            raise ConfigError(f"tau (adaptivity) must be positive, got {tau}")
         super().__init__(lr)
         self.beta1, self.beta2, self.tau = float(beta1), float(beta2), float(tau)
 

@@ -25,6 +25,7 @@ from abc import abstractmethod
 import torch
 from torch import Tensor
 
+from fedlight.core.errors import ConfigError
 from fedlight.federation.server.base import Collectives, Report, ServerRule, State
 
 
@@ -88,7 +89,7 @@ class TrimmedMean(GatheringRule):
 
     def __init__(self, trim_ratio: float = 0.1) -> None:
         if not 0 <= trim_ratio < 0.5:
-            raise ValueError(f"trim_ratio must be in [0, 0.5), got {trim_ratio}")
+            raise ConfigError(f"trim_ratio must be in [0, 0.5), got {trim_ratio}")
         super().__init__()
         self.trim_ratio = float(trim_ratio)
 
@@ -113,9 +114,9 @@ class Krum(GatheringRule):
 
     def __init__(self, byzantine: int = 1, selected: int = 1) -> None:
         if byzantine < 0:
-            raise ValueError(f"byzantine must be >= 0, got {byzantine}")
+            raise ConfigError(f"byzantine must be >= 0, got {byzantine}")
         if selected < 1:
-            raise ValueError(f"selected must be at least 1, got {selected}")
+            raise ConfigError(f"selected must be at least 1, got {selected}")
         super().__init__()
         self.byzantine = int(byzantine)
         self.selected = int(selected)
@@ -124,7 +125,7 @@ class Krum(GatheringRule):
         """Each report's Krum score: sum of squared distances to its n - f - 2 nearest."""
         n = len(reports)
         if n < 2 * self.byzantine + 3:
-            raise ValueError(f"Krum with byzantine={self.byzantine} needs at least "
+            raise ConfigError(f"Krum with byzantine={self.byzantine} needs at least "
                              f"{2 * self.byzantine + 3} reports per round, got {n}; lower "
                              "byzantine or sample more clients (trainer.join_ratio)")
         flat = torch.stack([torch.cat([v.double().reshape(-1) for v in r.state.values()
