@@ -24,8 +24,10 @@ CASES = [
     ("digit_cnn", (3, 32, 32), {"all_fc_head": True}),
     ("femnist_cnn", (1, 28, 28), {}),
     ("femnist_cnn", (1, 28, 28), {"all_fc_head": True}),
+    ("femnist_cnn", (1, 28, 28), {"fc_dims": ()}),
     ("lenet", (1, 28, 28), {}),
     ("lenet", (3, 32, 32), {}),
+    ("lenet", (1, 28, 28), {"hidden": (120, 2), "feature_relu": False}),
     ("mlp", (64,), {}),
     ("mlp", (1, 28, 28), {"hidden": (32, 16)}),
     ("mlp3", (50,), {}),
@@ -42,6 +44,8 @@ CASES = [
     ("vgg8_bn", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {"all_fc_head": True}),
+    ("vgg11_bn", (3, 32, 32), {}),
+    ("vgg16_bn", (3, 32, 32), {}),
     ("fasttext", (12,), {"vocab_size": 30}),
     ("fasttext", (12,), {"vocab_size": 30, "count_padding": True}),
     ("char_lstm", (20,), {"vocab_size": 81}),
@@ -272,6 +276,33 @@ def test_fine_cut_where_none_exists_and_unknown_cut_raise() -> None:
         build("vgg11", (3, 32, 32), {})[0].block_names("medium")
 
 
+def test_lenet_with_a_2d_feature_without_relu_is_maps_visualization_net() -> None:
+    model, x = build("lenet", (1, 28, 28), {"hidden": (120, 2), "feature_relu": False})
+    assert model.feature_dim == 2 and isinstance(model.encoder.fc[-1], nn.Linear)
+    with_relu, _ = build("lenet", (1, 28, 28), {"hidden": (120, 2)})
+    assert isinstance(with_relu.encoder.fc[-1], nn.ReLU)
+    for net in (model, with_relu):
+        nn.init.constant_(net.encoder.fc[2].bias, -10.0)
+    assert (model.encoder(x) < 0).all() and (with_relu.encoder(x) == 0).all()
+
+
+@pytest.mark.parametrize(("name", "convs"), [("vgg11_bn", [64, 128, 256, 256, 512, 512, 512, 512]),
+                                             ("vgg16_bn", [64, 64, 128, 128, 256, 256, 256, 512,
+                                                           512, 512, 512, 512, 512])])
+def test_vgg_bn_are_torchvisions_configs_with_batchnorm_after_each_conv(name, convs) -> None:
+    from torchvision.models import vgg11_bn, vgg16_bn
+
+    model = build_backbone(name, (3, 32, 32), 100)
+    ours = [m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert ours == convs and count(model, nn.BatchNorm2d) == len(convs)
+    assert count(model, nn.MaxPool2d) == 5 and model.feature_dim == 512
+    reference = {"vgg11_bn": vgg11_bn, "vgg16_bn": vgg16_bn}[name](weights=None).features
+    assert [type(m) for m in model.encoder.features] == [type(m) for m in reference]
+    expected = sum(p.numel() for p in reference.parameters()) + linear_params(512, 100)
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert isinstance(model.head, nn.Linear) and model.head.in_features == 512
+
+
 def test_femnist_cnn_is_the_papers_femnistnet() -> None:
     model = build_backbone("femnist_cnn", (1, 28, 28), 62)
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
@@ -286,6 +317,9 @@ def test_femnist_cnn_is_the_papers_femnistnet() -> None:
     paper = build_backbone("femnist_cnn", (1, 28, 28), 62, all_fc_head=True)
     assert paper.feature_dim == 3136 and count(paper.head, nn.Linear) == 2
     assert count(paper.encoder, nn.Linear) == 0
+    one_fc = build_backbone("femnist_cnn", (1, 28, 28), 62, fc_dims=())  # MAP's FEMNIST net
+    assert count(one_fc, nn.Conv2d) == 2 and count(one_fc, nn.Linear) == 1
+    assert one_fc.feature_dim == 3136
 
 
 def test_mlp_with_two_hidden_512_is_maps_mlpnet() -> None:

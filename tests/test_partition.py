@@ -86,6 +86,36 @@ def test_pathological_splits_each_class_evenly() -> None:
         assert max(shares) - min(shares) <= 1 and sum(shares) == 100
 
 
+def test_unbalanced_pathological_draws_pfllibs_random_shares() -> None:
+    # 20 clients x 2 classes: each class held by 4 clients, 100 / 4 = 25 samples on average;
+    # PFLlib's draw for all holders but the last: [max(25 / 10, int(min(40, 25)) / 10), 25)
+    parts = partition_labels("pathological", LABELS, 20, seed=0, classes_per_client=2,
+                             balanced=False)
+    assert_valid(parts, 20, len(LABELS))
+    assert sum(len(p) for p in parts) == len(LABELS)
+    assert all(len(classes_of(p)) == 2 for p in parts)
+    spreads = []
+    for c in range(NUM_CLASSES):
+        shares = [int(np.sum(LABELS[p] == c)) for p in parts if c in classes_of(p)]
+        assert len(shares) == 4 and sum(shares) == 100
+        assert sum(2 <= s < 25 for s in shares) >= 3  # the drawn ones; the last takes the rest
+        spreads.append(max(shares) - min(shares))
+    assert max(spreads) > 10  # unequal, unlike the balanced split
+    again = partition_labels("pathological", LABELS, 20, seed=0, classes_per_client=2,
+                             balanced=False)
+    other = partition_labels("pathological", LABELS, 20, seed=1, classes_per_client=2,
+                             balanced=False)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    assert any(len(a) != len(b) for a, b in zip(parts, other, strict=True))
+
+
+def test_unbalanced_pathological_splits_a_class_too_small_to_draw_evenly() -> None:
+    labels = np.repeat(np.arange(2), 3)  # 3 samples per class, 2 holders: nothing to draw
+    parts = partition_labels("pathological", labels, 4, seed=0, classes_per_client=1,
+                             balanced=False, min_client_size=1)
+    assert sorted(len(p) for p in parts) == [1, 1, 2, 2]
+
+
 def test_shards_give_each_client_its_shards() -> None:
     # 40 shards of 25 samples; each class holds 4 whole shards
     parts = partition_labels("shards", LABELS, 20, seed=0, shards_per_client=2)

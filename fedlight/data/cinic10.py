@@ -11,7 +11,8 @@ in its official layout.
 
 with the classes airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck
 (labels 0..9 in this order, CIFAR-10's). ``train`` is the train split and ``test`` the test
-split.
+split. ``data.first_per_class: [N, M]`` keeps the first N train and M test files of each class
+in file-name order.
 """
 
 from __future__ import annotations
@@ -36,17 +37,19 @@ LAYOUT = f"root/train/<class>/*.png and root/test/<class>/*.png (CINIC-10, from 
 
 
 @functools.lru_cache(maxsize=1)
-def _load(root: Path, download: bool, image_size: int | None) -> SourceData:
+def _load(root: Path, download: bool, image_size: int | None,
+          first: tuple[int, int] | None) -> SourceData:
     if download and not (root / "train").is_dir():
         download_archive(URL, root, "cinic10", LAYOUT)
     require_folder(root / "train", "cinic10", LAYOUT, "set `download: true` to fetch it")
     splits = {}
-    for split in ("train", "test"):
-        files, labels, _ = class_folders(root / split, "cinic10", LAYOUT, CLASSES)
+    for split, count in zip(("train", "test"), first or (None, None), strict=True):
+        files, labels, _ = class_folders(root / split, "cinic10", LAYOUT, CLASSES, first=count)
         splits[split] = decode_images(f"cinic10-{split}", files, image_size, LAYOUT), labels
     return to_source(*splits["train"], len(CLASSES), *splits["test"])
 
 
-@register_source("cinic10")
+@register_source("cinic10", options=("first_per_class",))
 def load_cinic10(request: SourceRequest) -> SourceData:
-    return _load(require_root(request, "cinic10", LAYOUT), request.download, request.image_size)
+    return _load(require_root(request, "cinic10", LAYOUT), request.download, request.image_size,
+                 request.first_per_class)

@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from fedlight.core.errors import ConfigError
+from fedlight.data.augment import Augment, BatchAugmentation, as_augment
 from fedlight.data.domain_transforms import check_names, with_domain_transforms
 from fedlight.data.partition import PARTITIONS, partition_labels, split_client
 from fedlight.data.pfllib import read_partition_file
@@ -162,6 +164,10 @@ class FederatedDataModule(L.LightningDataModule):
             ``partition.json`` is one); ``num_clients`` is then the file's.
         beta: Dirichlet concentration (``dirichlet``).
         classes_per_client: classes per client (``pathological``).
+        balanced: ``pathological`` only: true (default) splits each class evenly among the
+            clients holding it (FedAvg's shards); false gives each holder a random share, as
+            PFLlib's generators do (``balance=False``, their default; GPFL's protocol), seeded
+            by seed.
         shards_per_client: shards per client (``shards``).
         min_client_size: smallest client allowed (``dirichlet``, ``incomplete``).
         size_sigma: sigma of the LogNormal client size factors (``incomplete``).
@@ -198,15 +204,26 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_samples: number of samples of the ``synthetic`` source.
         synthetic_shape: sample shape of the ``synthetic`` source.
         synthetic_classes: number of classes of the ``synthetic`` source.
-        image_size: resize the images of a folder source (imagefolder, tinyimagenet,
-            cinic10, office_caltech10, domainnet10, digits5_real) to this square side; null
-            keeps the files' size. Decoded images are cached in $FEDLIGHT_CACHE (default
+        image_size: resize the images of any image source to this square side (MAP's 32 x
+            32 FaMnist); null keeps their size. Folder sources (imagefolder, tinyimagenet,
+            cinic10, office_caltech10, domainnet10, digits5_real) resize each file as it is
+            decoded, the others resize their pixels (bilinear, antialiased); inputs are then
+            standardized again. Decoded images are cached in $FEDLIGHT_CACHE (default
             ~/.cache/fedlight; delete it to clear).
+        first_per_class: folder sources (imagefolder, cinic10): keep only the first N
+            training and first M test files of each class in file-name order, ``[N, M]``
+            (one int: the same N for both), e.g. ``[500, 100]`` for a 5,000 / 1,000 image
+            CIFAR-10 subset of its PNG folder; null = all.
         domain_transforms: make an image source cross-domain: its train and test samples
             are split into one class-balanced domain per name (seeded by seed) and domain k
             gets the k-th image transformation (identity, grey, invert, blur, rotate90,
             jitter; see fedlight.data.domain_transforms), e.g. [identity, grey, invert,
             blur, rotate90, jitter] with partition: domains; null = off.
+        augment: random augmentation of every training batch of images, e.g. ``{crop_padding:
+            4, hflip: true}`` (CIFAR's usual transform) or ``{hflip: true, rotation: 30}``;
+            options crop_padding, hflip, rotation, color_jitter (see
+            fedlight.data.augment.Augment); each client and round draws its own parameters,
+            reproducibly; null = off (the default). Evaluation data are never augmented.
     """
 
     def __init__(
@@ -217,6 +234,7 @@ class FederatedDataModule(L.LightningDataModule):
         partition_file: str | None = None,
         beta: float = 0.1,
         classes_per_client: int = 2,
+        balanced: bool = True,
         shards_per_client: int = 2,
         min_client_size: int = 10,
         size_sigma: float = 0.3,
@@ -235,44 +253,52 @@ class FederatedDataModule(L.LightningDataModule):
         synthetic_shape: Sequence[int] = (1, 28, 28),
         synthetic_classes: int = 10,
         image_size: int | None = None,
+        first_per_class: int | Sequence[int] | None = None,
         domain_transforms: Sequence[str] | None = None,
+        augment: Augment | None = None,
     ) -> None:
         super().__init__()
         if num_clients < 1:
-            raise ValueError(f"num_clients must be at least 1, got {num_clients}")
+            raise ConfigError(f"num_clients must be at least 1, got {num_clients}")
         if partition not in (*PARTITIONS, "file"):
-            raise ValueError(f"unknown partition {partition!r}; valid: "
+            raise ConfigError(f"unknown partition {partition!r}; valid: "
                              f"{', '.join((*PARTITIONS, 'file'))}")
         if partition == "file" and not partition_file:
-            raise ValueError("partition 'file' needs data.partition_file (a JSON file of "
+            raise ConfigError("partition 'file' needs data.partition_file (a JSON file of "
                              "per-client train/test index lists)")
         if local_test not in ("split", "source"):
-            raise ValueError(f"unknown local_test {local_test!r}; valid: split, source")
+            raise ConfigError(f"unknown local_test {local_test!r}; valid: split, source")
         if local_test == "source" and merge_test:
-            raise ValueError("local_test: source keeps the source's test split for testing; "
+            raise ConfigError("local_test: source keeps the source's test split for testing; "
                              "set merge_test: false")
         if not 0 < train_fraction <= 1:
-            raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
+            raise ConfigError(f"train_fraction must be in (0, 1], got {train_fraction}")
         if not 0 <= val_fraction < 1:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+            raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
-            raise ValueError(f"public_samples must be >= 0, got {public_samples}")
+            raise ConfigError(f"public_samples must be >= 0, got {public_samples}")
         if max_train_samples is not None and max_train_samples < 1:
-            raise ValueError(f"max_train_samples must be at least 1 or null for all, got "
+            raise ConfigError(f"max_train_samples must be at least 1 or null for all, got "
                              f"{max_train_samples}")
         if domain_transforms is not None:
             check_names(domain_transforms)
         if max_client_samples is not None and max_client_samples < 2:
-            raise ValueError(f"max_client_samples must be at least 2 (one train and one test "
+            raise ConfigError(f"max_client_samples must be at least 2 (one train and one test "
                              f"sample) or null for all, got {max_client_samples}")
+        augment = as_augment(augment)
         self.save_hyperparameters()
+        # recorded as plain values: a run's config.json and its resume check compare them
+        self.hparams["augment"] = None if augment is None else augment.record()
+        self.hparams["first_per_class"] = (None if first_per_class is None else
+                                           first_per_class if isinstance(first_per_class, int)
+                                           else list(first_per_class))
         self.source = source
         self.num_clients = num_clients
         self.partition = partition
         self.partition_file = partition_file
         self.partition_options = dict(
             beta=beta, classes_per_client=classes_per_client, shards_per_client=shards_per_client,
-            min_client_size=min_client_size, size_sigma=size_sigma,
+            min_client_size=min_client_size, size_sigma=size_sigma, balanced=balanced,
         )
         self.train_fraction = train_fraction
         self.val_fraction = val_fraction
@@ -288,9 +314,12 @@ class FederatedDataModule(L.LightningDataModule):
         self.source_options = dict(
             synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
             synthetic_classes=synthetic_classes, image_size=image_size,
+            first_per_class=first_per_class,
         )
         self.domain_transforms = None if domain_transforms is None else list(domain_transforms)
+        self.augment = augment if augment is not None and augment.active else None
         self._data: SourceData | None = None
+        self._augmentation: BatchAugmentation | None = None
         self.splits: list[ClientSplit] | None = None
 
     # ----------------------------------------------------------------- source
@@ -332,12 +361,26 @@ class FederatedDataModule(L.LightningDataModule):
         digest = hashlib.sha256("\n".join(vocab).encode("utf-8")).hexdigest()
         return {"size": len(vocab), "sha256": digest}
 
+    @property
+    def augmentation(self) -> BatchAugmentation | None:
+        """The random augmentation of training batches (``data.augment``), None when off.
+
+        Call it on each training batch as ``x = augmentation(x, generator)``: it returns the
+        batch transformed on its own device, in its dtype and shape, drawing every random
+        number from ``generator`` (the local loop's per-client, per-round generator).
+        """
+        self._require_setup()
+        return self._augmentation
+
     # ----------------------------------------------------------------- partition
     def setup(self, stage: str | None = None) -> None:
         """Load the source and partition it (once; later calls are no-ops)."""
         if self.splits is not None:
             return
         data = self.data
+        if self.augment is not None:  # built before anything else: a bad option fails first
+            self._augmentation = BatchAugmentation(self.augment, data.input_shape,
+                                                   data.pixel_standardization)
         merge = self.merge_test and data.x_test is not None
         # the pool is the train split, followed by the test split when clients test on it
         self.pool_has_test = (merge or self.local_test == "source") and data.x_test is not None
@@ -383,7 +426,7 @@ class FederatedDataModule(L.LightningDataModule):
                   for idx in client_indices]
         for i, split in enumerate(splits):
             if len(split.test) == 0 and self.train_fraction < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"client {i} has {len(split.train)} samples and gets no test sample with "
                     f"train_fraction={self.train_fraction}; raise min_client_size or lower "
                     "num_clients"
@@ -395,11 +438,11 @@ class FederatedDataModule(L.LightningDataModule):
         tested on the source's test samples of its own domain / group."""
         kind = {"domains": "domain", "natural": "group"}.get(self.partition)
         if kind is None:
-            raise ValueError(f"local_test: source needs partition domains or natural (a client "
+            raise ConfigError(f"local_test: source needs partition domains or natural (a client "
                              f"per domain / group), got partition={self.partition!r}")
         ids_train, ids_test = (getattr(data, f"{kind}s_train"), getattr(data, f"{kind}s_test"))
         if data.x_test is None or (ids_train is not None and ids_test is None):
-            raise ValueError(f"local_test: source needs the source's own test split with a "
+            raise ConfigError(f"local_test: source needs the source's own test split with a "
                              f"{kind} per sample; {self.source} has none, use local_test: split")
         client_indices = partition_labels(
             self.partition, data.y_train.numpy(), self.num_clients, self.seed,
@@ -410,7 +453,7 @@ class FederatedDataModule(L.LightningDataModule):
             owner = ids_train[train[0]]
             test = len(data.y_train) + np.flatnonzero(ids_test == owner)
             if len(test) == 0:
-                raise ValueError(f"client {i} ({kind} {owner}) has no sample in the source's "
+                raise ConfigError(f"client {i} ({kind} {owner}) has no sample in the source's "
                                  "test split; use local_test: split")
             splits.append(ClientSplit(train, test.astype(np.int64)))
         return splits
@@ -461,7 +504,7 @@ class FederatedDataModule(L.LightningDataModule):
             return None
         x, _ = self.global_test()
         if self.public_samples > len(x):
-            raise ValueError(f"public_samples {self.public_samples} exceeds the global test set "
+            raise ConfigError(f"public_samples {self.public_samples} exceeds the global test set "
                              f"({len(x)} samples); valid: 0..{len(x)}")
         generator = torch.Generator().manual_seed(self.seed)
         return x[torch.randperm(len(x), generator=generator)[: self.public_samples]]

@@ -6,8 +6,9 @@ Classes are the sorted names of the train class folders (as ``ImageFolder``): la
 the ``i``-th name, and the test folder's classes must be among them. ``root/test`` is optional
 (without it the data module carves the local test splits from the train images). Images are
 grey (one channel) when every file is, colour otherwise; ``data.image_size`` resizes them to a
-square. Decoded images are cached (see ``fedlight.data.images``): the second load of the
-60,000 CIFAR-10 PNGs takes about a second.
+square, and ``data.first_per_class: [N, M]`` keeps the first N train and M test files of each
+class in file-name order. Decoded images are cached (see ``fedlight.data.images``): the second
+load of the 60,000 CIFAR-10 PNGs takes about a second.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from fedlight.core.errors import ConfigError
 from fedlight.data.images import (
     class_folders,
     decode_images,
@@ -28,25 +30,29 @@ LAYOUT = "root/train/<class>/*.png (or .jpg, ...) and optionally root/test/<clas
 
 
 @functools.lru_cache(maxsize=2)
-def _load(root: Path, image_size: int | None) -> SourceData:
+def _load(root: Path, image_size: int | None, first: tuple[int, int] | None) -> SourceData:
     require_folder(root, "imagefolder", LAYOUT)
-    train_files, y_train, classes = class_folders(root / "train", "imagefolder", LAYOUT)
+    first_train, first_test = first or (None, None)
+    train_files, y_train, classes = class_folders(root / "train", "imagefolder", LAYOUT,
+                                                  first=first_train)
     x_train = decode_images("imagefolder-train", train_files, image_size, LAYOUT)
     if not (root / "test").is_dir():
         return to_source(x_train, y_train, len(classes))
     test_classes = class_folders(root / "test", "imagefolder", LAYOUT)[2]
     unknown = sorted(set(test_classes) - set(classes))
     if unknown:
-        raise ValueError(f"data source 'imagefolder': {root / 'test'} has class folder "
+        raise ConfigError(f"data source 'imagefolder': {root / 'test'} has class folder "
                          f"{unknown[0]!r} that {root / 'train'} lacks; expected {LAYOUT} with "
                          "the same classes")
     test_files, y_test, _ = class_folders(root / "test", "imagefolder", LAYOUT,
-                                          [c for c in classes if c in test_classes])
+                                          [c for c in classes if c in test_classes],
+                                          first=first_test)
     y_test = [classes.index(test_classes[i]) for i in y_test]
     x_test = decode_images("imagefolder-test", test_files, image_size, LAYOUT)
     return to_source(x_train, y_train, len(classes), x_test, y_test)
 
 
-@register_source("imagefolder")
+@register_source("imagefolder", options=("first_per_class",))
 def load_imagefolder(request: SourceRequest) -> SourceData:
-    return _load(require_root(request, "imagefolder", LAYOUT), request.image_size)
+    return _load(require_root(request, "imagefolder", LAYOUT), request.image_size,
+                 request.first_per_class)

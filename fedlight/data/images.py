@@ -13,28 +13,34 @@ Decoding runs once per set of files: the array is saved under the user cache fol
 modification time, and of ``image_size``: adding, removing or touching a file decodes again,
 and the data folder itself may be read-only. Clearing the cache is deleting that folder (or
 one of its files); nothing else refers to it. A cache file is written under a temporary name
-and renamed when complete, so an interrupted run leaves no half file.
+and renamed when complete, so an interrupted run leaves no half file, and inside
+`cache_writes_on_success` (every ``load_source`` call) only once the whole source has loaded,
+so a bad file in one split leaves no cache of another.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data import files
 from fedlight.data.sources import _STD_FLOOR, SourceData, SourceRequest
 
 __all__ = [
-    "IMAGE_EXTENSIONS", "cache_folder", "cached", "class_folders", "content_key",
+    "IMAGE_EXTENSIONS", "cache_folder", "cache_writes_on_success", "cached", "class_folders",
+    "content_key",
     "decode_images", "download_archive", "image_files", "require_folder", "require_root",
     "domain_source", "to_source",
 ]
@@ -67,7 +73,7 @@ def image_files(folder: Path) -> list[str]:
 def require_folder(folder: Path, source: str, layout: str, hint: str = "") -> Path:
     """`folder`, or a one-line FileNotFoundError naming it and the expected layout."""
     if not folder.is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data source '{source}': folder {folder} does not exist; expected {layout}"
             + (f"; {hint}" if hint else "")
         )
@@ -81,24 +87,25 @@ def require_root(request: SourceRequest, source: str, layout: str) -> Path:
 
 def class_folders(
     split: Path, source: str, layout: str, classes: Sequence[str] | None = None,
-    inner: str = "",
+    inner: str = "", first: int | None = None,
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """The images of ``split/<class>/<inner>/*`` as (file paths, labels, class names).
 
     Classes are the sub-folders of `split` in sorted order (as ``ImageFolder``), or `classes`
     when given (then every one must be there, and other folders are ignored). A class folder
-    with no image file is an error naming it.
+    with no image file is an error naming it. `first` keeps the first that many files of each
+    class in file-name order (``data.first_per_class``).
     """
     require_folder(split, source, layout)
     found = sorted(entry.name for entry in os.scandir(split) if entry.is_dir())
     if classes is None:
         if not found:
-            raise ValueError(f"data source '{source}': {split} has no class folders; "
+            raise ConfigError(f"data source '{source}': {split} has no class folders; "
                              f"expected {layout}")
         classes = found
     missing = [c for c in classes if c not in found]
     if missing:
-        raise ValueError(f"data source '{source}': {split} has no class folder {missing[0]!r} "
+        raise ConfigError(f"data source '{source}': {split} has no class folder {missing[0]!r} "
                          f"({len(missing)} of {len(classes)} missing); expected {layout}")
     files: list[str] = []
     labels: list[np.ndarray] = []
@@ -106,8 +113,9 @@ def class_folders(
         folder = split / name / inner
         images = image_files(folder) if folder.is_dir() else []
         if not images:
-            raise ValueError(f"data source '{source}': class folder {folder} holds no image "
+            raise ConfigError(f"data source '{source}': class folder {folder} holds no image "
                              f"files ({', '.join(IMAGE_EXTENSIONS[:3])}, ...); expected {layout}")
+        images = images[:first]
         files += images
         labels.append(np.full(len(images), label, dtype=np.int64))
     return files, np.concatenate(labels), list(classes)
@@ -128,7 +136,7 @@ def _decode_one(path: str, image_size: int | None, layout: str) -> np.ndarray:
                 image = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
             array = np.asarray(image, dtype=np.uint8)
     except (OSError, ValueError, SyntaxError) as err:
-        raise ValueError(f"cannot read image {path}: {err}; expected {layout}") from None
+        raise ConfigError(f"cannot read image {path}: {err}; expected {layout}") from None
     return array[:, :, None] if array.ndim == 2 else array
 
 
@@ -146,7 +154,7 @@ def _stack(images: list[np.ndarray], paths: Sequence[str], layout: str) -> np.nd
     first = images[0].shape[:2]
     for image, path in zip(images, paths, strict=True):
         if image.shape[:2] != first:
-            raise ValueError(
+            raise ConfigError(
                 f"image {path} is {image.shape[1]}x{image.shape[0]} but "
                 f"{paths[0]} is {first[1]}x{first[0]}; set data.image_size to resize them "
                 f"all (expected {layout})"
@@ -194,7 +202,7 @@ def decode_images(name: str, files: Sequence[Path | str], image_size: int | None
     """
     paths = [os.fspath(f) for f in files]
     if not paths:
-        raise ValueError(f"no image files found; expected {layout}")
+        raise ConfigError(f"no image files found; expected {layout}")
     key = content_key(paths, f"images:{image_size}")
     return cached(f"{name}-{key}", lambda: {"images": _decode_all(paths, image_size, layout)}
                   )["images"]
@@ -209,23 +217,55 @@ def content_key(paths: Sequence[str], extra: str = "") -> str:
     return digest.hexdigest()[:20]
 
 
+#: Cache files held back by the innermost `cache_writes_on_success` block (None outside one).
+_PENDING: contextvars.ContextVar[list[tuple[Path, dict[str, np.ndarray]]] | None] = (
+    contextvars.ContextVar("fedlight_pending_cache_writes", default=None))
+
+
+@contextlib.contextmanager
+def cache_writes_on_success() -> Iterator[None]:
+    """Hold back the cache files `cached` builds inside the block; write them when it ends
+    without an error (a nested block joins the outer one)."""
+    if _PENDING.get() is not None:
+        yield
+        return
+    pending: list[tuple[Path, dict[str, np.ndarray]]] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+    for target, arrays in pending:
+        _write_cache(target, arrays)
+
+
 def cached(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The arrays cached as ``<cache folder>/images/<name>.npz``, built (and cached) when absent.
 
     The file is written under a temporary name and renamed when complete: readers never see
-    a half file. A cache that cannot be written (read-only home) only costs the next run a
-    rebuild.
+    a half file; inside `cache_writes_on_success` it is written when that block ends well. A
+    cache that cannot be written (read-only home) only costs the next run a rebuild.
     """
     target = cache_folder() / "images" / f"{name}.npz"
     if target.is_file():
         with np.load(target) as archive:
             return {key: archive[key] for key in archive.files}
     arrays = build()
+    pending = _PENDING.get()
+    if pending is not None:
+        pending.append((target, arrays))
+    else:
+        _write_cache(target, arrays)
+    return arrays
+
+
+def _write_cache(target: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to `target` through a temporary file (skipped if it cannot be made)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".partial")
     except OSError:
-        return arrays
+        return
     try:
         with os.fdopen(handle, "wb") as stream:
             np.savez(stream, **arrays)
@@ -233,7 +273,6 @@ def cached(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, n
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return arrays
 
 
 def download_archive(url: str, root: Path, source: str, layout: str) -> None:

@@ -11,7 +11,12 @@ Schemes (``PARTITIONS``):
   NIID-Bench and PFLlib, including their cap that stops a client already holding N/K
   samples from taking more), redrawn until every client has `min_client_size` samples.
 - ``pathological``: `classes_per_client` classes per client, each class used by as many
-  clients as the others (within one), its samples split evenly among them (FedAvg, PFLlib).
+  clients as the others (within one), its samples split evenly among them (FedAvg; PFLlib's
+  ``balance=True``), or with ``balanced=False`` in random shares as PFLlib's generators do
+  by default (``separate_data``, ``balance=False``): each holder but the last of a class gets
+  a uniform random integer in [max(n / h / 10, least / C), n / h) of its n samples (h
+  holders, C classes, least = min(40, N / K / 2), PFLlib's at least one test batch of 10 at
+  a 75 / 25 split), the last holder the rest.
 - ``shards``: sort by label, cut into `num_clients * shards_per_client` shards, deal
   `shards_per_client` random shards to each client (McMahan et al. 2017).
 - ``incomplete``: each client holds a random k in {2..C} classes and a LogNormal(0,
@@ -34,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlight.core.errors import ConfigError
+
 __all__ = ["PARTITIONS", "partition_labels", "split_client"]
 
 _MAX_DIRICHLET_ATTEMPTS = 1000
@@ -46,6 +53,7 @@ class _Options:
     shards_per_client: int
     min_client_size: int
     size_sigma: float
+    balanced: bool
     domains: np.ndarray | None
     groups: np.ndarray | None
 
@@ -86,7 +94,7 @@ def _gather(pieces: list[tuple[int, np.ndarray]], num_clients: int) -> list[np.n
 
 def _require_positive_int(name: str, value: int) -> None:
     if int(value) != value or value < 1:
-        raise ValueError(f"{name}={value!r} is invalid; it must be a positive integer")
+        raise ConfigError(f"{name}={value!r} is invalid; it must be a positive integer")
 
 
 # ---------------------------------------------------------------------------- schemes
@@ -100,10 +108,10 @@ def _dirichlet(
     labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options
 ) -> list[np.ndarray]:
     if not (math.isfinite(o.beta) and o.beta > 0):
-        raise ValueError(f"beta={o.beta} is invalid for the dirichlet partition; use beta > 0")
+        raise ConfigError(f"beta={o.beta} is invalid for the dirichlet partition; use beta > 0")
     n = len(labels)
     if o.min_client_size * k > n:
-        raise ValueError(
+        raise ConfigError(
             f"min_client_size={o.min_client_size} x num_clients={k} needs more than the {n} "
             f"samples; use at most {n // o.min_client_size} clients or lower min_client_size"
         )
@@ -117,7 +125,7 @@ def _dirichlet(
                 for client, piece in enumerate(_cut(idx, row))
             ]
             return _gather(pieces, k)
-    raise ValueError(
+    raise ConfigError(
         f"the dirichlet partition found no draw giving every client at least "
         f"min_client_size={o.min_client_size} samples in {_MAX_DIRICHLET_ATTEMPTS} tries "
         f"(beta={o.beta}, num_clients={k}, {n} samples); raise beta, lower num_clients "
@@ -151,7 +159,7 @@ def _pathological(
     classes = _by_class(labels, rng)
     m = o.classes_per_client
     if int(m) != m or not 1 <= m <= len(classes):
-        raise ValueError(
+        raise ConfigError(
             f"classes_per_client={m} is invalid; the labels hold {len(classes)} classes, "
             f"so use 1..{len(classes)}"
         )
@@ -159,14 +167,37 @@ def _pathological(
     pieces = []
     for c, (idx, owners) in enumerate(zip(classes, holders, strict=True)):
         if len(idx) < len(owners):
-            raise ValueError(
+            raise ConfigError(
                 f"class {c} has {len(idx)} samples but {len(owners)} clients must hold it "
                 f"(classes_per_client={m}, num_clients={k}); lower num_clients or "
                 "classes_per_client"
             )
-        if owners:  # with num_clients * classes_per_client < C some classes go unused
+        if not owners:  # with num_clients * classes_per_client < C some classes go unused
+            continue
+        if o.balanced:
             pieces += zip(owners, np.array_split(idx, len(owners)), strict=True)
+        else:
+            least = int(min(_PFLLIB_LEAST_SAMPLES, len(labels) / k / 2)) / len(classes)
+            pieces += zip(owners, _cut(idx, _random_shares(len(idx), len(owners), least, rng)),
+                          strict=True)
     return _gather(pieces, k)
+
+
+#: PFLlib's ``least_samples`` bound: one test batch of 10 at its 75 / 25 split (10 / 0.25)
+_PFLLIB_LEAST_SAMPLES = 40
+
+
+def _random_shares(n: int, holders: int, least: float, rng: np.random.Generator) -> np.ndarray:
+    """PFLlib's unequal shares of a class's `n` samples among `holders` clients: each but the
+    last draws an integer in [max(n / holders / 10, least), n / holders) (bounds truncated to
+    integers as ``np.random.randint`` does, and at least 1), the last takes the rest; a class
+    too small for that range is split evenly."""
+    mean = n / holders
+    low, high = max(1, int(max(mean / 10, least))), int(mean)
+    if holders == 1 or low >= high:
+        return np.array([len(p) for p in np.array_split(np.arange(n), holders)])
+    drawn = rng.integers(low, high, holders - 1)
+    return np.append(drawn, n - drawn.sum())
 
 
 def _assign_classes(num_classes: int, k: int, m: int, rng: np.random.Generator) -> list[list[int]]:
@@ -186,7 +217,7 @@ def _shards(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) -
     _require_positive_int("shards_per_client", o.shards_per_client)
     num_shards = k * o.shards_per_client
     if num_shards > len(labels):
-        raise ValueError(
+        raise ConfigError(
             f"num_clients={k} x shards_per_client={o.shards_per_client} = {num_shards} shards "
             f"exceeds the {len(labels)} samples; lower shards_per_client or num_clients"
         )
@@ -202,17 +233,17 @@ def _incomplete(
 ) -> list[np.ndarray]:
     classes = _by_class(labels, rng)
     if len(classes) < 2:
-        raise ValueError(
+        raise ConfigError(
             f"the incomplete partition needs at least 2 classes; the labels hold {len(classes)}"
         )
     if not (math.isfinite(o.size_sigma) and o.size_sigma >= 0):
-        raise ValueError(f"size_sigma={o.size_sigma} is invalid; use size_sigma >= 0")
+        raise ConfigError(f"size_sigma={o.size_sigma} is invalid; use size_sigma >= 0")
     holders = _random_class_sets(len(classes), k, rng)
     size = rng.lognormal(0.0, o.size_sigma, k)
     pieces = []
     for c, (idx, owners) in enumerate(zip(classes, holders, strict=True)):
         if len(idx) < len(owners):
-            raise ValueError(
+            raise ConfigError(
                 f"class {c} has {len(idx)} samples but {len(owners)} clients hold it in the "
                 f"incomplete partition (num_clients={k}); lower num_clients"
             )
@@ -241,7 +272,7 @@ def _check_min_size(parts: list[np.ndarray], minimum: int) -> None:
     sizes = [len(p) for p in parts]
     smallest = int(np.argmin(sizes))
     if sizes[smallest] < minimum:
-        raise ValueError(
+        raise ConfigError(
             f"the incomplete partition gave client {smallest} only {sizes[smallest]} samples, "
             f"fewer than min_client_size={minimum}; lower num_clients={len(parts)}, "
             "min_client_size or size_sigma, or try another seed"
@@ -252,7 +283,7 @@ def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) 
     domains = _required_ids("domains", "a domain id", "domains", o.domains, labels)
     ids = np.unique(domains)
     if k % len(ids):
-        raise ValueError(
+        raise ConfigError(
             f"num_clients={k} is invalid for the domains partition: the data has {len(ids)} "
             f"domains, so use a multiple of {len(ids)} (one or more clients per domain)"
         )
@@ -261,7 +292,7 @@ def _domains(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) 
     for d in ids:
         idx = rng.permutation(np.flatnonzero(domains == d))
         if len(idx) < per_domain:
-            raise ValueError(
+            raise ConfigError(
                 f"domain {d} has {len(idx)} samples, fewer than its {per_domain} clients "
                 f"(num_clients={k}); lower num_clients"
             )
@@ -275,13 +306,13 @@ def _required_ids(partition: str, what: str, kind: str, ids: np.ndarray | None,
     the source has none or their shape is not the labels'."""
     if ids is None:
         others = ", ".join(p for p in PARTITIONS if p not in _NEED_IDS)
-        raise ValueError(
+        raise ConfigError(
             f"the {partition} partition needs {what} per sample, but this source has no "
             f"{kind}; valid partitions for it: {others}"
         )
     ids = np.asarray(ids)
     if ids.shape != labels.shape:
-        raise ValueError(
+        raise ConfigError(
             f"{kind} has shape {ids.shape} but labels have shape {labels.shape}; "
             f"give one {kind[:-1]} id per sample"
         )
@@ -292,7 +323,7 @@ def _natural(labels: np.ndarray, k: int, rng: np.random.Generator, o: _Options) 
     groups = _required_ids("natural", "a group (writer, user) id", "groups", o.groups, labels)
     ids = np.unique(groups)
     if k > len(ids):
-        raise ValueError(
+        raise ConfigError(
             f"num_clients={k} exceeds the {len(ids)} groups (writers / users) of the data; "
             f"the natural partition has one client per group, so use at most {len(ids)}"
         )
@@ -322,11 +353,11 @@ _NEED_IDS = ("domains", "natural")  # schemes that need per-sample ids from the 
 def _validated_labels(labels: np.ndarray) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
+        raise ConfigError(
             f"labels must be a 1-D integer array, got shape {labels.shape} and dtype {labels.dtype}"
         )
     if len(labels) and labels.min() < 0:
-        raise ValueError(f"labels must be non-negative class ids, got {labels.min()}")
+        raise ConfigError(f"labels must be non-negative class ids, got {labels.min()}")
     return labels
 
 
@@ -341,6 +372,7 @@ def partition_labels(
     shards_per_client: int = 2,
     min_client_size: int = 10,
     size_sigma: float = 0.3,
+    balanced: bool = True,
     domains: np.ndarray | None = None,
     groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
@@ -356,6 +388,8 @@ def partition_labels(
         shards_per_client: label-sorted shards each client gets (``shards``).
         min_client_size: least samples per client (``dirichlet``, ``incomplete``).
         size_sigma: sigma of the LogNormal client size factors (``incomplete``).
+        balanced: split each class evenly among its holders (``pathological``); False gives
+            PFLlib's random unequal shares (see the module docstring).
         domains: domain id of every sample, shape (N,) (``domains``).
         groups: group (writer, user) id of every sample, shape (N,) (``natural``).
 
@@ -369,26 +403,26 @@ def partition_labels(
     """
     partitioner = _PARTITIONERS.get(name)
     if partitioner is None:
-        raise ValueError(f"unknown partition {name!r}; valid: {', '.join(PARTITIONS)}")
+        raise ConfigError(f"unknown partition {name!r}; valid: {', '.join(PARTITIONS)}")
     labels = _validated_labels(labels)
     _require_positive_int("num_clients", num_clients)
     if int(min_client_size) != min_client_size or min_client_size < 0:
-        raise ValueError(f"min_client_size={min_client_size!r} is invalid; use an integer >= 0")
+        raise ConfigError(f"min_client_size={min_client_size!r} is invalid; use an integer >= 0")
     if num_clients > len(labels):
         sized = name in ("dirichlet", "incomplete") and min_client_size > 1
         most = len(labels) // int(min_client_size) if sized else len(labels)
-        raise ValueError(
+        raise ConfigError(
             f"num_clients={num_clients} exceeds the {len(labels)} samples; use at most "
             f"{most} clients" + (f" (min_client_size={min_client_size})" if sized else "")
         )
     options = _Options(
-        beta, classes_per_client, shards_per_client, int(min_client_size), size_sigma, domains,
-        groups,
+        beta, classes_per_client, shards_per_client, int(min_client_size), size_sigma,
+        bool(balanced), domains, groups,
     )
     parts = partitioner(labels, int(num_clients), np.random.default_rng(seed), options)
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     if empty:
-        raise ValueError(
+        raise ConfigError(
             f"the {name} partition left client {empty[0]} with no samples "
             f"({len(empty)} empty of num_clients={num_clients}); lower num_clients"
         )
@@ -405,7 +439,8 @@ def split_client(
     gives an empty test array.
     """
     if not 0 < train_fraction <= 1:
-        raise ValueError(f"train_fraction={train_fraction} is invalid; use 0 < train_fraction <= 1")
+        raise ConfigError(f"train_fraction={train_fraction} is invalid; use "
+                          "0 < train_fraction <= 1")
     indices = np.asarray(indices, dtype=np.int64)
     shuffled = rng.permutation(indices)
     n_train = math.floor(train_fraction * len(indices) + 0.5)

@@ -25,9 +25,10 @@ callers must not modify a returned ``SourceData``'s tensors in place (use
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from fedlight.core.errors import ConfigError, MissingFileError
 
 __all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source", "register_source"]
 
@@ -90,6 +93,9 @@ class SourceRequest:
     synthetic_shape: tuple[int, ...]
     synthetic_classes: int
     image_size: int | None = None  # side of the square images are resized to (image sources)
+    # (train, test): keep the first files of each class in file-name order (folder sources
+    # registered with options=("first_per_class",)); None = all
+    first_per_class: tuple[int, int] | None = None
 
 
 # ---------------------------------------------------------------------------- normalization
@@ -187,14 +193,14 @@ def _class_means(rng: np.random.Generator, classes: int, shape: tuple[int, ...])
 @functools.lru_cache(maxsize=8)
 def _load_synthetic(seed: int, samples: int, shape: tuple[int, ...], classes: int) -> SourceData:
     if classes < 2:
-        raise ValueError(f"synthetic_classes={classes} is invalid; need at least 2 classes")
+        raise ConfigError(f"synthetic_classes={classes} is invalid; need at least 2 classes")
     if samples < classes:
-        raise ValueError(
+        raise ConfigError(
             f"synthetic_samples={samples} is smaller than synthetic_classes={classes}; "
             "need at least one sample per class"
         )
     if not shape or any(int(s) < 1 for s in shape):
-        raise ValueError(
+        raise ConfigError(
             f"synthetic_shape={shape} is invalid; give positive sizes, e.g. (1, 28, 28) or (20,)"
         )
     rng = np.random.default_rng(seed)
@@ -244,7 +250,7 @@ def _open_split(name: str, dataset_cls: type, root: str, train: bool, download: 
                 f"could not download data source '{name}' into {root}: {err}. Without network "
                 f"access, put the files in {_expected_folder(dataset_cls, root)} yourself"
             ) from err
-        raise FileNotFoundError(_missing_message(name, dataset_cls, root) + f" ({err})") from err
+        raise MissingFileError(_missing_message(name, dataset_cls, root) + f" ({err})") from err
 
 
 def _missing_message(name: str, dataset_cls: type, root: str) -> str:
@@ -262,7 +268,7 @@ def _load_torchvision(name: str, root: str, download: bool) -> SourceData:
     class_name, num_classes = _TORCHVISION[name]
     dataset_cls = getattr(torchvision.datasets, class_name)
     if not download and not os.path.isdir(_expected_folder(dataset_cls, root)):
-        raise FileNotFoundError(_missing_message(name, dataset_cls, root))
+        raise MissingFileError(_missing_message(name, dataset_cls, root))
     train = _open_split(name, dataset_cls, root, True, download)
     test = _open_split(name, dataset_cls, root, False, False)
     return _from_arrays(
@@ -277,7 +283,7 @@ def _load_torchvision(name: str, root: str, download: bool) -> SourceData:
 def _torchvision_loader(name: str) -> Callable[[SourceRequest], SourceData]:
     def load(request: SourceRequest) -> SourceData:
         if request.root is None:
-            raise ValueError(
+            raise ConfigError(
                 f"data source '{name}' is read from a folder but no root was given; set "
                 "data.root to a folder (and `download: true` to fetch the files into it)"
             )
@@ -303,17 +309,24 @@ _LOADERS: dict[str, Loader] = {
 }
 
 
-def register_source(name: str) -> Callable[[Loader], Loader]:
+#: name -> the optional request fields the source reads (beyond root, download, seed)
+_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+
+def register_source(name: str, options: tuple[str, ...] = ()) -> Callable[[Loader], Loader]:
     """Decorator registering ``loader(request) -> SourceData`` as the data source `name`.
 
     Any module of the ``fedlight.data`` package may register sources this way: every module
-    of the package is imported when this one is, so a new source is one new file.
+    of the package is imported when this one is, so a new source is one new file. `options`
+    names the optional `SourceRequest` fields it honours (``"first_per_class"``); asking
+    another source for one is an error naming the sources that take it.
     """
 
     def register(loader: Loader) -> Loader:
         if name in _LOADERS and _LOADERS[name] is not loader:
             raise ValueError(f"data source {name!r} is registered twice")
         _LOADERS[name] = loader
+        _OPTIONS[name] = tuple(options)
         return loader
 
     return register
@@ -350,6 +363,7 @@ def load_source(
     synthetic_shape: tuple[int, ...] = (1, 28, 28),
     synthetic_classes: int = 10,
     image_size: int | None = None,
+    first_per_class: int | Sequence[int] | None = None,
 ) -> SourceData:
     """Load the data source `name` (one of `SOURCES`) as normalized in-memory tensors.
 
@@ -360,8 +374,14 @@ def load_source(
         seed: seed of the ``synthetic`` source (the others are fixed data).
         synthetic_samples, synthetic_shape, synthetic_classes: size, per-sample shape and
             number of classes of the ``synthetic`` source.
-        image_size: resize the images of a folder source (``imagefolder``, ...) to this
-            square side; None keeps the files' size.
+        image_size: resize the images to this square side; None keeps their size. Folder
+            sources resize each file as it is decoded, the others resize their pixels
+            (bilinear, antialiased, as torchvision's ``Resize``); the inputs are then
+            standardized again.
+        first_per_class: keep only the first N training and the first M test files of each
+            class in file-name order, ``(N, M)`` (one int: the same for both); sources
+            registered with ``options=("first_per_class",)`` only (``imagefolder``,
+            ``cinic10``). None = all.
 
     Returns:
         A `SourceData` shared with other callers that asked for the same thing: do not
@@ -371,12 +391,15 @@ def load_source(
         ValueError: unknown `name`, bad synthetic settings, or no `root` for a torchvision
             source.
         FileNotFoundError: torchvision data missing from `root` while `download` is False.
+
+    A decoded-image cache file is written only when the whole source loaded (see
+    ``fedlight.data.images``): a bad file in one split leaves no cache of another.
     """
     loader = _registered().get(name)
     if loader is None:
-        raise ValueError(f"unknown data source {name!r}; valid: {', '.join(_registered())}")
+        raise ConfigError(f"unknown data source {name!r}; valid: {', '.join(_registered())}")
     if image_size is not None and (int(image_size) != image_size or image_size < 1):
-        raise ValueError(f"image_size={image_size!r} is invalid; use a positive integer or null")
+        raise ConfigError(f"image_size={image_size!r} is invalid; use a positive integer or null")
     request = SourceRequest(
         root=None if root is None else str(Path(root).expanduser().resolve()),
         download=bool(download),
@@ -385,5 +408,47 @@ def load_source(
         synthetic_shape=tuple(int(s) for s in synthetic_shape),
         synthetic_classes=int(synthetic_classes),
         image_size=image_size,
+        first_per_class=_per_split(name, first_per_class),
     )
-    return loader(request)
+    from fedlight.data.images import cache_writes_on_success  # imports this module
+
+    with cache_writes_on_success():
+        data = loader(request)
+    return data if image_size is None else _resized(data, int(image_size), name)
+
+
+def _per_split(name: str, first: int | Sequence[int] | None) -> tuple[int, int] | None:
+    """``first_per_class`` as (train, test) counts, checked against what the source takes."""
+    if first is None:
+        return None
+    counts = (first, first) if isinstance(first, int) else tuple(first)
+    if len(counts) != 2 or any(int(c) != c or c < 1 for c in counts):
+        raise ConfigError(f"data.first_per_class={first!r} is invalid; use a positive integer "
+                          "or [train, test] positive integers")
+    takers = [n for n, options in _OPTIONS.items() if "first_per_class" in options]
+    if name not in takers:
+        raise ConfigError(f"data.first_per_class applies to folder sources ({', '.join(takers)}); "
+                          f"source {name!r} does not read files per class")
+    return int(counts[0]), int(counts[1])
+
+
+@functools.lru_cache(maxsize=2)
+def _resized(data: SourceData, size: int, name: str) -> SourceData:
+    """`data` with its images resized to size x size in pixel space and standardized again
+    (the same object when they already have that size)."""
+    if data.x_train.ndim != 4 or not data.x_train.is_floating_point():
+        raise ConfigError(f"data.image_size applies to image sources; {name} gives inputs of "
+                          f"shape {tuple(data.x_train.shape[1:])}")
+    if tuple(data.x_train.shape[-2:]) == (size, size):
+        return data
+    mean, std = data.pixel_standardization or (0.0, 1.0)
+
+    def resize(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x * std + mean, size=(size, size), mode="bilinear",
+                             antialias=True, align_corners=False)
+
+    fresh = _from_arrays(resize(data.x_train), data.y_train, data.num_classes,
+                         None if data.x_test is None else resize(data.x_test), data.y_test,
+                         pixels=data.pixel_standardization is not None)
+    return dataclasses.replace(data, x_train=fresh.x_train, x_test=fresh.x_test,
+                               pixel_standardization=fresh.pixel_standardization)

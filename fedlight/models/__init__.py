@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.alexnet import alexnet_bn
 from fedlight.models.backbone import CUTS, Backbone, check_num_classes
 from fedlight.models.cnn import cnn, cnn_bn, digit_cnn, femnist_cnn, lenet, mlp, mlp3, tfcnn
@@ -18,7 +19,7 @@ from fedlight.models.resnet import resnet18
 from fedlight.models.resnet_cifar import resnet20, resnet56
 from fedlight.models.sensor import har_cnn
 from fedlight.models.sequence import char_lstm, fasttext
-from fedlight.models.vgg import vgg8, vgg8_bn, vgg11
+from fedlight.models.vgg import vgg8, vgg8_bn, vgg11, vgg11_bn, vgg16_bn
 
 __all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone"]
 
@@ -38,6 +39,8 @@ BACKBONES: dict[str, Callable[..., Backbone]] = {
     "vgg8": vgg8,
     "vgg8_bn": vgg8_bn,
     "vgg11": vgg11,
+    "vgg11_bn": vgg11_bn,
+    "vgg16_bn": vgg16_bn,
     "fasttext": fasttext,
     "char_lstm": char_lstm,
     "har_cnn": har_cnn,
@@ -66,7 +69,7 @@ def build_backbone(
             the message names the bad value and what is valid.
     """
     if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; valid names: {sorted(BACKBONES)}")
+        raise ConfigError(f"unknown backbone {name!r}; valid names: {sorted(BACKBONES)}")
     constructor = BACKBONES[name]
     _check_kwargs(name, constructor, kwargs)
     check_num_classes(num_classes)
@@ -81,6 +84,6 @@ def _check_kwargs(name: str, constructor: Callable[..., Backbone], kwargs: dict)
     valid = [p.name for p in params]
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} got unknown argument(s) {unknown}; valid: {valid or 'none'}"
         )

@@ -16,6 +16,7 @@ from math import prod
 
 from torch import nn
 
+from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape, image_shape
 
 
@@ -88,7 +89,7 @@ def conv_output_shape(
     out_h, out_w = spatial_size(height, spec), spatial_size(width, spec)
     if not (out_h and out_w):
         smallest = next(s for s in itertools.count(1) if spatial_size(s, spec))
-        raise ValueError(
+        raise ConfigError(
             f"backbone {name!r} cannot take input shape {tuple(input_shape)}: its convolutions "
             f"and poolings need height and width of at least {smallest}"
         )
@@ -209,17 +210,28 @@ def digit_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = 
                          batch_norm=True, all_fc_head=all_fc_head)
 
 
-def lenet(input_shape: Sequence[int], num_classes: int) -> Backbone:
+def lenet(input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (120, 84),
+          feature_relu: bool = True) -> Backbone:
     """LeNet-5: Conv(C, 6, 5) ReLU MaxPool, Conv(6, 16, 5) ReLU MaxPool, FC 120, FC 84, head.
 
     Inputs smaller than 32x32 (MNIST's 28x28) get padding 2 on the first conv, as LeNet-5
     padded MNIST to 32x32; the flattened size is then 16 x 5 x 5 = 400 for both. The feature
     is the 84-d output of the second FC after its ReLU; the head is Linear(84, U).
+
+    Args:
+        hidden: the FC sizes after the conv stack (Linear ReLU each); the last is the
+            feature. MAP's feature plots (Figs. 5 and 8) set "the final hidden dimension as
+            2": ``hidden: [120, 2]``.
+        feature_relu: False drops the ReLU after the last hidden FC, so the feature can be
+            negative (MAP's Figs. 5 and 8 show LeNet with and without it).
     """
     _, height, width = image_shape("lenet", input_shape)
     padding = 2 if min(height, width) < 32 else 0
     spec = (Conv(6, 5, padding), POOL, Conv(16, 5), POOL)
-    return conv_backbone("lenet", input_shape, num_classes, spec, fc_dims=(120, 84))
+    backbone = conv_backbone("lenet", input_shape, num_classes, spec, fc_dims=tuple(hidden))
+    if hidden and not feature_relu:
+        del backbone.encoder.fc[-1]
+    return backbone
 
 
 def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
@@ -236,8 +248,8 @@ def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
 FEMNIST_CNN: tuple[LayerSpec, ...] = (Conv(32, 5, 2), POOL, Conv(64, 5, 2), POOL)
 
 
-def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = False
-                ) -> Backbone:
+def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = False,
+                fc_dims: Sequence[int] = (512,)) -> Backbone:
     """FeMnistNet, the FEMNIST CNN of "Aggregate or Not?" (Li et al., arXiv:2107.11954, Fig. 4).
 
     LEAF's FEMNIST CNN with its first FC narrowed from 2048 to 512 (the paper, Sec. 5.3):
@@ -251,9 +263,12 @@ def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool 
             GPFL need. True: the paper's coarse cut ("the fully-connected layers as the
             classifier"): the feature is the 3136-d conv output and the head is both FC layers
             (``head.fc``, ``head.out``); use it for the paper's block strings ("AaB", ...).
+        fc_dims: the hidden FC sizes before the last Linear. ``[]`` gives two conv layers and
+            one FC layer, the network MAP describes for FEMNIST (Sec. 5.3; its code's
+            FeMnistNet also average-pools the map to 4 x 4 first).
     """
-    return conv_backbone("femnist_cnn", input_shape, num_classes, FEMNIST_CNN, fc_dims=(512,),
-                         all_fc_head=all_fc_head)
+    return conv_backbone("femnist_cnn", input_shape, num_classes, FEMNIST_CNN,
+                         fc_dims=tuple(fc_dims), all_fc_head=all_fc_head)
 
 
 def mlp(

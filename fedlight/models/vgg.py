@@ -1,4 +1,5 @@
-"""VGG backbones for 32x32 images: MAP's VGG8 / VGG8-BN and the privatization paper's VGG11.
+"""VGG backbones for 32x32 images: MAP's VGG8 / VGG8-BN, VGG11-BN and VGG16-BN, and the
+privatization paper's VGG11.
 
 All use 3x3 convolutions with padding 1 and 2x2 max-pools (torchvision's VGG layers without its
 adaptive pooling, dropout or 4096-wide classifier). After the five pools a 32x32 input is a
@@ -35,6 +36,13 @@ VGG11_STAGES: tuple[tuple[int | str, ...], ...] = (
 """torchvision's VGG11 config "A", grouped into the four conv blocks of the fine cut."""
 
 
+VGG11_CFG: tuple[int | str, ...] = tuple(c for stage in VGG11_STAGES for c in stage)
+
+VGG16_CFG: tuple[int | str, ...] = (64, 64, POOL, 128, 128, POOL, 256, 256, 256, POOL,
+                                    512, 512, 512, POOL, 512, 512, 512, POOL)
+"""torchvision's VGG16 config "D" (``VGG(16)`` in MAP's code)."""
+
+
 def _vgg_spec(cfg: Sequence[int | str]) -> tuple[LayerSpec, ...]:
     """Layer specs of a torchvision-style VGG config: ints are 3x3 convs (padding 1)."""
     return tuple(POOL if c == POOL else Conv(c, 3, padding=1) for c in cfg)
@@ -59,6 +67,38 @@ def vgg8_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int]
     """``vgg8`` with BatchNorm2d after every conv (and BatchNorm1d after any hidden FC)."""
     spec = _vgg_spec(VGG8_CFG)
     return conv_backbone("vgg8_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
+
+
+def vgg11_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()
+             ) -> Backbone:
+    """VGG11 with BatchNorm after every conv, as MAP trains it on CIFAR-10 (Fig. 6).
+
+    torchvision's config "A" (64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M), each
+    conv followed by BatchNorm2d and ReLU; the encoder ends at the flattened 512-d conv
+    feature and the head is Linear(512, U), as ``VGG(11, use_bn=True)`` in the authors' code
+    (``networks/basic_classify_nets.py``; its head has no bias, ours keeps it).
+
+    Args:
+        fc_dims: hidden FC layers (Linear BatchNorm1d ReLU each) before the head; none in MAP.
+    """
+    spec = _vgg_spec(VGG11_CFG)
+    return conv_backbone("vgg11_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
+
+
+def vgg16_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()
+             ) -> Backbone:
+    """VGG16 with BatchNorm after every conv, as MAP trains it on CIFAR-100 (Fig. 7).
+
+    torchvision's config "D" (two convs of 64, two of 128, three of 256, three of 512, three
+    of 512, a max-pool after each group), each conv followed by BatchNorm2d and ReLU; the
+    feature is the flattened 512-d conv output at 32x32 and the head Linear(512, U), as
+    ``VGG(16, use_bn=True)`` in MAP's code.
+
+    Args:
+        fc_dims: hidden FC layers (Linear BatchNorm1d ReLU each) before the head; none in MAP.
+    """
+    spec = _vgg_spec(VGG16_CFG)
+    return conv_backbone("vgg16_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
 
 
 def vgg11(

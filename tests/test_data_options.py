@@ -1,0 +1,174 @@
+"""Data options that reshape a source: resizing any image source (``image_size``), the first
+files of each class of a folder source (``first_per_class``), and decode caches written only
+when the whole source loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dataset_files
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedlight.cli import main
+from fedlight.core.errors import ConfigError
+from fedlight.data import FederatedDataModule
+from fedlight.data.sources import load_source
+from tests.test_sources import write_mnist
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FEDLIGHT_CACHE", str(folder))
+    return folder
+
+
+def cache_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+# ---------------------------------------------------------------------------- image_size
+
+
+def pixels_of(data) -> tuple[torch.Tensor, torch.Tensor]:
+    mean, std = data.pixel_standardization
+    return data.x_train * std + mean, data.x_test * std + mean
+
+
+def test_a_torchvision_source_is_resized_in_pixel_space_and_standardized_again(tmp_path):
+    arrays = write_mnist(tmp_path, "FashionMNIST", np.random.default_rng(0))
+    native = load_source("fmnist", root=tmp_path)
+    resized = load_source("fmnist", root=tmp_path, image_size=32)
+    assert resized.x_train.shape == (20, 1, 32, 32) and resized.x_test.shape == (10, 1, 32, 32)
+    train, test = pixels_of(resized)
+    files = torch.from_numpy(arrays["train-images-idx3-ubyte"]).float().div(255)[:, None]
+    expected = F.interpolate(files, size=(32, 32), mode="bilinear", antialias=True,
+                             align_corners=False)
+    torch.testing.assert_close(train, expected, atol=1e-5, rtol=0)
+    assert torch.allclose(resized.x_train.mean(), torch.zeros(()), atol=1e-5)
+    assert torch.allclose(resized.x_train.std(), torch.ones(()), atol=1e-3)
+    assert torch.equal(resized.y_train, native.y_train) and test.shape[-1] == 32
+    assert load_source("fmnist", root=tmp_path, image_size=32) is resized  # shared, as loads
+    assert load_source("fmnist", root=tmp_path, image_size=28) is native  # already that size
+
+
+def test_an_embedded_source_is_resized_through_the_data_module():
+    data = FederatedDataModule(source="mnist5k", num_clients=4, partition="iid", image_size=32)
+    data.setup()
+    assert data.input_shape == (1, 32, 32) and data.client_train(0)[0].shape[1:] == (1, 32, 32)
+
+
+def test_image_size_on_a_source_without_images_is_a_one_line_error():
+    with pytest.raises(ConfigError, match=r"image_size applies to image sources; synthetic"):
+        load_source("synthetic", synthetic_shape=(20,), image_size=32)
+
+
+def test_a_paper_famnist_config_runs_at_32_pixels(tmp_path, monkeypatch):
+    write_mnist(tmp_path / "data", "FashionMNIST", np.random.default_rng(1))
+    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    main(["fit", "-c", str(CONFIGS / "map/paper/famnist_lenet.yaml"),
+          "--data.root", str(tmp_path / "data"), "--data.download", "false",
+          "--data.num_clients", "2", "--data.min_client_size", "2", "--trainer.rounds", "1",
+          "--trainer.local_epochs", "1", "--trainer.join_ratio", "1.0",
+          "--trainer.progress_bar", "false", "--trainer.logger", "csv",
+          "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "runs")])
+    run = next((tmp_path / "runs").glob("*/"))
+    config = json.loads((run / "summary.json").read_text())
+    assert config["rounds"] == 1
+    assert "image_size: 32" in (run / "config.yaml").read_text()
+
+
+# ---------------------------------------------------------------------------- first_per_class
+
+
+def write_named_classes(root: Path) -> dict[str, list[int]]:
+    """Two classes per split whose files are written out of name order; each file is one
+    flat brightness, so a decoded image names its file. Returns the brightnesses of each
+    class folder's files in file-name order."""
+    order = {"train": ["c.png", "a.png", "d.png", "b.png"], "test": ["y.png", "x.png", "z.png"]}
+    expected = {}
+    for split, names in order.items():
+        for label, name in enumerate(("cat", "dog")):
+            values = {}
+            for i, file in enumerate(names):
+                value = 10 * (i + 1) + 100 * label
+                dataset_files.write_image(root / split / name / file,
+                                          np.full((4, 4, 3), value, np.uint8))
+                values[file] = value
+            expected[f"{split}/{name}"] = [values[f] for f in sorted(values)]
+    return expected
+
+
+def brightness(data, part: str) -> list[int]:
+    pixels = getattr(data, f"x_{part}") * data.pixel_standardization[1] \
+        + data.pixel_standardization[0]
+    return [round(float(v) * 255) for v in pixels[:, 0, 0, 0]]
+
+
+def test_first_per_class_keeps_the_first_files_of_each_class_in_name_order(tmp_path):
+    expected = write_named_classes(tmp_path)
+    data = load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    assert data.y_train.tolist() == [0, 0, 1, 1] and data.y_test.tolist() == [0, 1]
+    assert brightness(data, "train") == expected["train/cat"][:2] + expected["train/dog"][:2]
+    assert brightness(data, "test") == expected["test/cat"][:1] + expected["test/dog"][:1]
+    both = load_source("imagefolder", root=tmp_path, first_per_class=3)
+    assert len(both.y_train) == 6 and len(both.y_test) == 6
+    everything = load_source("imagefolder", root=tmp_path)
+    assert len(everything.y_train) == 8 and len(everything.y_test) == 6
+
+
+def test_first_per_class_gets_its_own_cache_entries(tmp_path, cache):
+    write_named_classes(tmp_path)
+    load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    assert len(cache_files(cache)) == 2
+    load_source("imagefolder", root=tmp_path, first_per_class=[3, 1])  # the same test files
+    assert len(cache_files(cache)) == 3
+    load_source("imagefolder", root=tmp_path)
+    assert len(cache_files(cache)) == 5
+    from fedlight.data import imagefolder
+
+    imagefolder._load.cache_clear()  # read back from the cache: still the first files only
+    again = load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    assert len(again.y_train) == 4 and len(cache_files(cache)) == 5
+
+
+def test_first_per_class_reaches_the_folder_source_from_the_data_module(tmp_path):
+    root = dataset_files.cinic10(tmp_path / "data", per_class=3)
+    data = FederatedDataModule(source="cinic10", root=str(root), first_per_class=[2, 1],
+                               num_clients=2, partition="iid")
+    data.setup()
+    assert len(data.data.y_train) == 20 and len(data.data.y_test) == 10
+    assert data.hparams["first_per_class"] == [2, 1]
+
+
+@pytest.mark.parametrize(("source", "value", "match"), [
+    ("mnist5k", 5, r"first_per_class applies to folder sources \(.*imagefolder"),
+    ("imagefolder", [5, 0], r"first_per_class=\[5, 0\] is invalid"),
+    ("imagefolder", [1, 2, 3], r"first_per_class=\[1, 2, 3\] is invalid"),
+])
+def test_bad_first_per_class_is_a_one_line_error(tmp_path, source, value, match):
+    with pytest.raises(ConfigError, match=match):
+        load_source(source, root=tmp_path, first_per_class=value)
+
+
+# ---------------------------------------------------------------------------- caches
+
+
+def test_a_truncated_test_image_leaves_no_cache_of_the_train_split(tmp_path, cache):
+    root = dataset_files.imagefolder(tmp_path / "data")
+    bad = root / "test" / "class1" / "class1_0.png"
+    content = bad.read_bytes()
+    bad.write_bytes(content[: len(content) // 2])
+    with pytest.raises(ValueError, match=f"cannot read image {bad}") as error:
+        load_source("imagefolder", root=root)
+    assert "\n" not in str(error.value)
+    assert cache_files(cache) == []
+    bad.write_bytes(content)  # repaired: both splits load and are cached
+    load_source("imagefolder", root=root)
+    assert len(cache_files(cache)) == 2
