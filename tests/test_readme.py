@@ -1,14 +1,70 @@
 """The README's Python path runs as written and is reproducible: executing its snippets twice
 (at one round) gives the same metrics, because the trainer re-initializes the model from its
-seed; and a module first trained by a plain lightning.Trainer still logs its train/* columns."""
+seed; and a module first trained by a plain lightning.Trainer still logs its train/* columns.
+The fedlight commands of the README and of docs/ parse as written (fit / test / validate
+resolve their configuration, sweeps plan their runs)."""
 
 from __future__ import annotations
 
 import csv
 import re
+import shlex
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
+PAGES = [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
+def shell_commands(page: Path) -> list[str]:
+    """The ``fedlight ...`` lines of a page's bash blocks (continuations joined, comments
+    dropped)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            for part in line.split(" ; "):
+                if part.startswith("fedlight "):
+                    commands.append(part)
+    return commands
+
+
+COMMANDS = sorted({command: page.name for page in reversed(PAGES)
+                   for command in shell_commands(page)}.items(), key=lambda item: item[0])
+
+
+def _check_command(argv: list[str]) -> list[str]:
+    """The arguments that check ``argv`` without running it, or [] where none exists."""
+    if argv[0] in ("fit", "test", "validate") and "--help" not in argv:
+        return [*argv, "--print_config"]
+    if argv[0] == "sweep":
+        return [*argv, "--dry-run"]
+    if argv[0] in ("fit", "test", "validate"):
+        return argv
+    return []
+
+
+@pytest.mark.parametrize(("command", "page"), COMMANDS, ids=[c for c, _ in COMMANDS])
+def test_the_documented_commands_parse(command, page, tmp_path, monkeypatch, capsys):
+    from fedlight.cli import main
+
+    argv = shlex.split(command)[1:]
+    for path in (a for a in argv if a.endswith((".yaml", ".yml"))):
+        assert (README.parent / path).is_file(), f"{page}: {command}: no {path}"
+    checked = _check_command(argv)
+    if not checked:
+        pytest.skip(f"{argv[0]} needs runs or a Flower federation to check")
+    monkeypatch.chdir(README.parent)
+    monkeypatch.setenv("FEDLIGHT_CACHE", str(tmp_path / "cache"))
+    try:
+        main(checked + ([] if argv[0] != "sweep" else ["--out", str(tmp_path / "sweep")]))
+    except SystemExit as stop:
+        assert stop.code in (0, None), f"{page}: {command}: {capsys.readouterr().err[-500:]}"
+
+
+def test_the_pages_hold_commands_to_check():
+    assert len(COMMANDS) >= 10 and "README.md" in {page for _, page in COMMANDS}
 
 
 def python_snippets() -> str:
