@@ -203,7 +203,7 @@ def _suggestion(parsed: ParserError) -> str:
     listed = re.search(r"unknown [\w ]+ '([^']+)'; valid: ([^;]+)", parsed.reason)
     if listed and "did you mean" not in parsed.reason:  # fedlight's own message format
         return did_you_mean(listed.group(1), re.split(r"[,\s]+", listed.group(2).strip()))
-    if not parsed.unknown_option:
+    if not parsed.unknown_option or "did you mean" in parsed.reason:  # a message read again
         return ""
     name = parsed.unknown_option
     names = option_names()
