@@ -140,3 +140,13 @@ def test_docs_and_code_speak_of_the_project_not_of_how_it_was_made():
             if path.is_file() and path.suffix in (".md", ".py", ".yaml", ".csv", ".jsonl")
             for line in path.read_text().splitlines() if pattern.search(line)]
     assert hits == []
+
+
+def test_every_relative_link_of_the_pages_resolves():
+    root = README.parent
+    pages = [*PAGES, root / "benchmarks" / "README.md",
+             *(root / "benchmarks" / "results").glob("*.md")]
+    broken = [f"{page.relative_to(root)} -> {link}" for page in pages
+              for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+              if not link.startswith("http") and not (page.parent / link).exists()]
+    assert broken == []
