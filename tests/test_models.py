@@ -44,6 +44,7 @@ CASES = [
     ("vgg8_bn", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {}),
     ("vgg11", (3, 32, 32), {"all_fc_head": True}),
+    ("vgg11", (3, 32, 32), {"fc_dims": ()}),  # MAP's VGG11: the head on the conv feature
     ("vgg11_bn", (3, 32, 32), {}),
     ("vgg16_bn", (3, 32, 32), {}),
     ("fasttext", (12,), {"vocab_size": 30}),

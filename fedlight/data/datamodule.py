@@ -149,8 +149,9 @@ class FederatedDataModule(L.LightningDataModule):
             office_caltech10 and domainnet10 (one domain per client), digits5_real (FedBN's
             Digits-Five files), agnews (AG News CSVs), shakespeare (LEAF's JSON, one group
             per role), har (the UCI HAR folder, one group per subject), amazon_review
-            (amazon.npz, one domain per product category). Each module of fedlight.data
-            documents its layout.
+            (amazon.npz, one domain per product category), packed (one file of uint8 images
+            written by benchmarks/pack_data.py, root = the file). Each module of
+            fedlight.data documents its layout.
         num_clients: number of clients.
         partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
             fedlight.data.partition) or file (read partition_file). A source that carries

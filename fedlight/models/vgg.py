@@ -142,8 +142,9 @@ def vgg11(
     flat_dim = prod(conv_output_shape("vgg11", shape, [s for stage in stages for s in stage]))
     conv_blocks = _conv_blocks(shape[0], stages)
     fc_dims = tuple(fc_dims)
+    # each hidden FC takes the previous one's output (the first the conv feature)
     fc_blocks = [
-        fc_layers(i, (o,)) for i, o in zip((flat_dim, *fc_dims[:-1]), fc_dims, strict=True)
+        fc_layers(i, (o,)) for i, o in zip((flat_dim, *fc_dims), fc_dims, strict=False)
     ]
     last = nn.Linear(fc_dims[-1] if fc_dims else flat_dim, num_classes)
     if all_fc_head and fc_blocks:
