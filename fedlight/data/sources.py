@@ -434,8 +434,9 @@ def _per_split(name: str, first: int | Sequence[int] | None) -> tuple[int, int] 
 
 @functools.lru_cache(maxsize=2)
 def _resized(data: SourceData, size: int, name: str) -> SourceData:
-    """`data` with its images resized to size x size in pixel space and standardized again
-    (the same object when they already have that size)."""
+    """`data` with its images resized to size x size (the same object when they already have
+    that size). Pixels are resized in [0, 1] and standardized again; inputs that are not
+    pixels (a PFLlib folder's, normalized by its generator) are resized as they are."""
     if data.x_train.ndim != 4 or not data.x_train.is_floating_point():
         raise ConfigError(f"data.image_size applies to image sources; {name} gives inputs of "
                           f"shape {tuple(data.x_train.shape[1:])}")
@@ -447,8 +448,10 @@ def _resized(data: SourceData, size: int, name: str) -> SourceData:
         return F.interpolate(x * std + mean, size=(size, size), mode="bilinear",
                              antialias=True, align_corners=False)
 
-    fresh = _from_arrays(resize(data.x_train), data.y_train, data.num_classes,
-                         None if data.x_test is None else resize(data.x_test), data.y_test,
-                         pixels=data.pixel_standardization is not None)
+    x_test = None if data.x_test is None else resize(data.x_test)
+    if data.pixel_standardization is None:
+        return dataclasses.replace(data, x_train=resize(data.x_train), x_test=x_test)
+    fresh = _from_arrays(resize(data.x_train), data.y_train, data.num_classes, x_test,
+                         data.y_test)
     return dataclasses.replace(data, x_train=fresh.x_train, x_test=fresh.x_test,
                                pixel_standardization=fresh.pixel_standardization)
