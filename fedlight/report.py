@@ -1,7 +1,8 @@
 """``fedlight report RUN_DIR... --out DIR``: paper-style tables and plots from run folders.
 
 Runs are grouped by method, setting (source, partition and its parameter) and round count;
-seeds of the same group are pooled as mean +- std, and runs of different lengths never are.
+seeds of the same group are pooled as mean +- sample standard deviation (a group of one run
+shows its value alone), and runs of different lengths never are.
 Written to ``DIR``:
 
 * ``report.md``: methods x settings x rounds of best and last personalized accuracy, global
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fedlight.core.errors import ConfigError, MissingFileError
 
 PARTITION_PARAMETER = {"dirichlet": "beta", "pathological": "classes_per_client",
                        "shards": "shards_per_client"}
@@ -82,9 +85,9 @@ def read_run(path: str | Path) -> Run:
     path = Path(path)
     summary_path = path / "summary.json"
     if "*" in str(path) and not path.exists():  # a shell pattern that matched nothing
-        raise FileNotFoundError(f"{str(path)!r} matches no run folder")
+        raise MissingFileError(f"{str(path)!r} matches no run folder")
     if not summary_path.is_file():
-        raise FileNotFoundError(f"{str(path)!r} is not a finished fedlight run (no summary.json)")
+        raise MissingFileError(f"{str(path)!r} is not a finished fedlight run (no summary.json)")
     summary = json.loads(summary_path.read_text())
     config_path = path / "config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
@@ -146,8 +149,9 @@ def table_columns(extra: Sequence[str] = ()) -> list[tuple[str, Callable[[Run], 
 
 def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One row per method, setting and round count: ``seeds`` and, per column (with the
-    ``extra`` metrics.csv columns), the mean and the std over seeds (``None`` where no run has
-    the value; std ``None`` for one seed)."""
+    ``extra`` metrics.csv columns), the mean, the sample standard deviation (n - 1 in the
+    denominator) over the runs that have the value, and their count ``n`` (mean ``None``
+    where no run has the value; std ``None`` where one run has it)."""
     groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run)
@@ -159,25 +163,36 @@ def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dic
             numbers = _finite([value(m) for m in members])
             row[f"{title} mean"] = statistics.mean(numbers) if numbers else None
             row[f"{title} std"] = statistics.stdev(numbers) if len(numbers) > 1 else None
+            row[f"{title} n"] = len(numbers)
         rows.append(row)
     return rows
 
 
+#: What the results table's cells are, under its title.
+TABLE_NOTE = ("Accuracies in %: the mean ± the sample standard deviation (n - 1 in the "
+              "denominator) over seeds; a cell of one run shows its value alone, and (n=k) "
+              "marks a cell that only k of the row's runs have a value for. std (fairness) is "
+              "the spread of the clients' accuracies within a run at its last round (the "
+              "population standard deviation over clients, as GPFL's Table 3).")
+
+
 def _cell(row: dict[str, Any], title: str, style: str) -> str:
-    mean, std = row[f"{title} mean"], row[f"{title} std"]
+    mean, std, count = row[f"{title} mean"], row[f"{title} std"], row[f"{title} n"]
     if mean is None:
         return "-"
     if style == "mean3":
-        return f"{mean:.3f}"
-    if style == "seconds":
-        return f"{mean:.0f}"
-    return f"{100 * mean:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+        text = f"{mean:.3f}"
+    elif style == "seconds":
+        text = f"{mean:.0f}"
+    else:
+        text = f"{100 * mean:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+    return text + (f" (n={count})" if count < row["seeds"] else "")
 
 
 def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
     """Markdown table: one row per method, setting and round count (accuracies in %, mean ±
-    std over seeds), with the runs' mean wall and CPU seconds where they were recorded and
-    the ``extra`` metrics.csv columns' last values."""
+    sample std over seeds, as TABLE_NOTE says), with the runs' mean wall and CPU seconds
+    where they were recorded and the ``extra`` metrics.csv columns' last values."""
     rows = group_statistics(runs, extra)
     timed = any(run.process_seconds for run in runs)
     columns = [c for c in table_columns(extra) if timed or c[2] != "seconds"]
@@ -265,19 +280,19 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def check_compare(runs: Sequence[Run], compare: tuple[str, str]) -> None:
-    """Raise ValueError (one line) unless both methods of ``--compare`` have runs of one
+    """Raise ConfigError (one line) unless both methods of ``--compare`` have runs of one
     setting and round count."""
     groups: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for run in runs:
         groups[run.method].add((run.setting, run.rounds))
     absent = [name for name in compare if name not in groups]
     if absent:
-        raise ValueError(f"--compare {' '.join(compare)}: no run of {', '.join(absent)}; "
+        raise ConfigError(f"--compare {' '.join(compare)}: no run of {', '.join(absent)}; "
                          f"methods in these runs: {', '.join(sorted(groups))}")
     if not groups[compare[0]] & groups[compare[1]]:
         where = "; ".join(f"{name} in " + ", ".join(f"{s} ({r} rounds)" for s, r in
                                                      sorted(groups[name])) for name in compare)
-        raise ValueError(f"--compare {' '.join(compare)}: the two methods share no setting "
+        raise ConfigError(f"--compare {' '.join(compare)}: the two methods share no setting "
                          f"and round count ({where})")
 
 
@@ -296,12 +311,12 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
     ``extra`` metrics.csv columns in the table."""
     runs, repeated = one_run_per_seed(runs)
     if not runs:
-        raise ValueError("give at least one run folder")
+        raise ConfigError("give at least one run folder")
     if compare:
         check_compare(runs, compare)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    sections = [title, "", *notes, "Accuracies in %, mean ± std over seeds.", ""]
+    sections = [title, "", *notes, TABLE_NOTE, ""]
     if repeated:
         sections += [f"Not counted (an older run of the same method, setting, rounds and seed): "
                      f"{', '.join(str(r.path) for r in repeated)}.", ""]

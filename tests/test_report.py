@@ -1,11 +1,13 @@
 import json
+import math
 import time
+from pathlib import Path
 
 import pytest
 
 from fedlight.cli import main
 from fedlight.clients import FedAvg, Local
-from fedlight.report import read_run, write_report
+from fedlight.report import Run, group_statistics, read_run, results_table, write_report
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -26,7 +28,9 @@ def test_report_tables_and_pngs_from_two_methods(tmp_path):
     best = [json.loads((r / "summary.json").read_text())["best_personalized_accuracy"]
             for r in runs[:2]]
     mean = 100 * sum(best) / 2
-    assert f"{mean:.2f} ±" in fedavg_row and "| 2 |" in fedavg_row
+    # the sample std of two values is their distance over sqrt(2) (population: over 2)
+    std = 100 * abs(best[0] - best[1]) / math.sqrt(2)
+    assert f"{mean:.2f} ± {std:.2f}" in fedavg_row and "| 2 |" in fedavg_row
     mean_last = [json.loads((r / "summary.json").read_text())["mean_last_personalized_accuracy"]
                  for r in runs[:2]]
     assert f"{100 * sum(mean_last) / 2:.2f} ±" in fedavg_row
@@ -124,3 +128,49 @@ def test_report_names_a_pattern_that_matched_no_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["report", str(existing), str(tmp_path / "fedavg-*")])
     assert "fedavg-*' matches no run folder" in capsys.readouterr().err
+
+
+def by_hand(values):
+    """Mean, sample std (n - 1) and population std of ``values``, written out."""
+    mean = sum(values) / len(values)
+    squares = sum((v - mean) ** 2 for v in values)
+    return mean, math.sqrt(squares / (len(values) - 1)), math.sqrt(squares / len(values))
+
+
+def made_run(seed, best, best_global=None, method="FedAvg"):
+    summary = {"rounds": 2, "best_personalized_accuracy": best,
+               "best_global_accuracy": best_global}
+    history = [{"round": 2.0, "personalized_accuracy": best}]
+    return Run(Path(f"{method}-{seed}"), method, "synthetic/iid", seed, summary, history)
+
+
+def test_tables_show_the_sample_std_over_seeds_and_say_so(tmp_path):
+    best = [0.50, 0.70, 0.66]
+    runs = [made_run(seed, value) for seed, value in enumerate(best)]
+    mean, sample, population = by_hand(best)
+    assert f"{100 * sample:.2f}" != f"{100 * population:.2f}"  # the two conventions differ
+    row = next(line for line in results_table(runs).splitlines() if line.startswith("| FedAvg"))
+    assert f"| {100 * mean:.2f} ± {100 * sample:.2f} |" in row  # 62.00 ± 10.58
+    statistics_row = group_statistics(runs)[0]
+    assert statistics_row["best personalized std"] == pytest.approx(sample, abs=1e-12)
+    assert statistics_row["best personalized n"] == 3
+    for run in runs:  # write_report reads run folders: give the made runs theirs
+        run.path = tmp_path / run.path
+        run.path.mkdir()
+        (run.path / "summary.json").write_text("{}")
+    from fedlight.report import write_report_of_runs
+
+    report = write_report_of_runs(runs, tmp_path / "report").read_text()
+    assert "mean ± the sample standard deviation (n - 1 in the denominator)" in report
+
+
+def test_a_cell_of_one_run_shows_its_value_alone_and_how_many_runs_it_has():
+    single = results_table([made_run(0, 0.5, best_global=0.25)])
+    row = next(line for line in single.splitlines() if line.startswith("| FedAvg"))
+    assert "| 50.00 |" in row and "| 25.00 |" in row and "±" not in row
+    # two seeds, the global model's score in one of them only
+    pair = results_table([made_run(0, 0.5, best_global=0.25), made_run(1, 0.7)])
+    row = next(line for line in pair.splitlines() if line.startswith("| FedAvg"))
+    mean, sample, _ = by_hand([0.5, 0.7])
+    assert f"| {100 * mean:.2f} ± {100 * sample:.2f} |" in row
+    assert "| 25.00 (n=1) |" in row and "± 0.00" not in row

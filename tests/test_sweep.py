@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import fedlight.sweep as sweep_module
 from fedlight.cli import main
-from fedlight.sweep import SweepError, load_sweep, plan, read_sweep
+from fedlight.sweep import SweepError, cache_key, load_sweep, plan_sweep, read_sweep, runner
 
 BASE = {
     "model": {"class_path": "GPFL", "init_args": {"backbone": "mlp", "lr": 0.1, "lamda": 0.01}},
@@ -37,7 +36,7 @@ def write(tmp_path, spec, base=BASE):
 
 def options(**given):
     defaults = dict(config=None, methods=None, settings=None, seeds=None, set=None, grid=None,
-                    name=None, select=None)
+                    name=None, select=None, trials=None)
     return argparse.Namespace(**{**defaults, **given})
 
 
@@ -63,7 +62,7 @@ def test_grid_expands_methods_settings_points_and_seeds(tmp_path):
 
 def test_cells_resolve_like_fit_and_key_by_what_they_compute(tmp_path):
     path = write(tmp_path, {"methods": ["FedAvg", "GPFL"], "seeds": [0, 1]})
-    planned = plan(load_sweep(path, options()), tmp_path / "out")
+    planned = plan_sweep(load_sweep(path, options()), tmp_path / "out")
     fedavg = planned[0].config
     # --model FedAvg keeps the base's model arguments FedAvg accepts and drops GPFL's lamda
     assert fedavg["model"]["class_path"].endswith("FedAvg")
@@ -71,9 +70,9 @@ def test_cells_resolve_like_fit_and_key_by_what_they_compute(tmp_path):
     assert fedavg["trainer"]["threads"] == 1 and fedavg["trainer"]["wandb_group"] == "sweep"
     assert fedavg["trainer"]["devices"] == 1  # --jobs runs side by side, one process each
     assert len({p.name for p in planned}) == 4
-    again = plan(load_sweep(path, options(set=["trainer.verbose=true"])), tmp_path / "out")
+    again = plan_sweep(load_sweep(path, options(set=["trainer.verbose=true"])), tmp_path / "out")
     assert [p.name for p in again] == [p.name for p in planned]  # output options: same key
-    longer = plan(load_sweep(path, options(set=["trainer.rounds=2"])), tmp_path / "out")
+    longer = plan_sweep(load_sweep(path, options(set=["trainer.rounds=2"])), tmp_path / "out")
     assert not {p.name for p in longer} & {p.name for p in planned}
 
 
@@ -89,7 +88,7 @@ def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch,
     def must_not_run(*args):
         raise AssertionError("a finished cell ran again")
 
-    monkeypatch.setattr(sweep_module, "run_cell", must_not_run)
+    monkeypatch.setattr(runner, "run_cell", must_not_run)
     main(["sweep", str(path), "--out", str(out)])
     assert "2 runs, 2 cached, 0 to run" in capsys.readouterr().out
     assert [r.stat().st_mtime_ns for r in records] == stamps
@@ -106,7 +105,7 @@ def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch,
 def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
     path = write(tmp_path, {"methods": ["FedAvg", "Local"]})
     out = tmp_path / "out"
-    real_run = sweep_module.run_cell
+    real_run = runner.run_cell
     calls = []
 
     def stop_at_second(config_file, resume):
@@ -115,7 +114,7 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monk
             raise KeyboardInterrupt
         return real_run(config_file, resume)
 
-    monkeypatch.setattr(sweep_module, "run_cell", stop_at_second)
+    monkeypatch.setattr(runner, "run_cell", stop_at_second)
     with pytest.raises(SystemExit) as stop:
         main(["sweep", str(path), "--out", str(out)])
     assert stop.value.code == 130
@@ -131,27 +130,52 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monk
     assert (partial / "summary.json").is_file()
 
 
+JOBS = 2
+
+
+def wait_for(path: Path) -> None:
+    """Block until ``path`` exists (what the test controls); the deadline only turns a
+    broken test into a failure instead of a hang."""
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.01)
+
+
 def start_then_interrupt_the_sweep(config_file: str, resume: bool) -> dict:
-    """A cell (run in a pool worker) that marks that it started; the first one started
-    interrupts the sweep as Ctrl-C would, and every one then ends as a stopped run does."""
-    folder = Path(config_file).parent
+    """A cell (run in a pool worker) that marks that it started. Once JOBS cells have started
+    (every worker busy), one of them interrupts the sweep's process as Ctrl-C would; each
+    then waits until that process has taken the interrupt (its handler writes ``released``)
+    and ends as a stopped run does. No cell can end before the interrupt, whatever the load."""
+    runs = Path(config_file).parent
     Path(config_file).with_suffix(".started").touch()
-    with contextlib.suppress(FileExistsError):
-        (folder / "interrupted").touch(exist_ok=False)
-        os.kill(os.getppid(), signal.SIGINT)
-    time.sleep(1.0)
+    if len(list(runs.glob("*.started"))) == JOBS:  # the last of the first JOBS to start
+        with contextlib.suppress(FileExistsError):
+            (runs / "interrupted").touch(exist_ok=False)
+            os.kill(os.getppid(), signal.SIGINT)
+    wait_for(runs / "released")
     return {"wall": 1.0, "cpu": 1.0, "error": None}
 
 
 def test_ctrl_c_on_a_parallel_sweep_starts_no_further_cell(tmp_path, monkeypatch):
     path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 5})
     out = tmp_path / "out"
-    monkeypatch.setattr(sweep_module, "run_cell", start_then_interrupt_the_sweep)
-    with pytest.raises(SystemExit) as stop:
-        main(["sweep", str(path), "--out", str(out), "--jobs", "2"])
+    monkeypatch.setattr(runner, "run_cell", start_then_interrupt_the_sweep)
+
+    def take_the_interrupt(signum, frame):
+        (out / "runs" / "released").touch()  # the running cells may end now
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, take_the_interrupt)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            main(["sweep", str(path), "--out", str(out), "--jobs", str(JOBS)])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stop.value.code == 130
-    time.sleep(2.5)  # longer than a cell: any cell left to the workers has started by now
-    assert len(list((out / "runs").glob("*.started"))) == 2  # only the two running cells
+    # the pool has been shut down (its workers joined): a cell handed to it has run by now
+    assert len(list((out / "runs").glob("*.started"))) == JOBS  # only the running cells
     assert not list((out / "runs").glob("*.json"))  # nothing recorded as done
 
 
@@ -162,7 +186,8 @@ def test_select_chooses_the_grid_point_on_validation(tmp_path):
     selection = (tmp_path / "out" / "selection.md").read_text()
     runs = list(csv.DictReader((tmp_path / "out" / "runs.csv").open()))
     best = max(runs, key=lambda r: float(r["best val personalized"]))
-    assert f"lr={best['setting'].split('lr=')[1]}" in selection.splitlines()[-1]
+    chosen = next(line for line in selection.splitlines() if line.startswith("| FedAvg"))
+    assert f"lr={best['setting'].split('lr=')[1]}" in chosen
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -186,6 +211,7 @@ def test_bad_sweep_files_fail_in_one_line_before_any_run(tmp_path, capsys, spec,
     assert stop.value.code == 2
     error = capsys.readouterr().err.splitlines()[0]
     assert error.startswith("error: ") and message in error, error
+    assert error.count("did you mean") <= 1, error  # a hint is given once
     assert not (tmp_path / "out").exists()
 
 
@@ -208,7 +234,7 @@ def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
     sweep = load_sweep(path, options(set=given))
     assert sweep.name == path.stem and len(sweep.cells) >= 3
     sweep.cells = [sweep.cells[0], sweep.cells[-1]]
-    assert len(plan(sweep, tmp_path)) == 2
+    assert len(plan_sweep(sweep, tmp_path)) == 2
 
 
 def test_command_line_lists_replace_and_extend_the_file(tmp_path):
@@ -226,7 +252,6 @@ def test_command_line_lists_replace_and_extend_the_file(tmp_path):
 
 
 def test_an_option_at_its_neutral_default_leaves_the_cache_key_unchanged():
-    cache_key = sweep_module.cache_key
     before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}
     neutral = {**before, "trainer": {**before["trainer"], "batched_clients": 1}}
     batched = {**before, "trainer": {**before["trainer"], "batched_clients": 4}}

@@ -1,0 +1,84 @@
+"""The ``fedlight sweep`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import fedlight.sweep
+from fedlight.sweep.execute import run_cells
+from fedlight.sweep.plan import plan_sweep
+from fedlight.sweep.results import write_results
+from fedlight.sweep.runner import cpu_seconds
+from fedlight.sweep.spec import SELECT_MODES, Sweep, SweepError, load_sweep
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedlight sweep",
+                                     description=(fedlight.sweep.__doc__ or "").replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", nargs="?", help="a sweep file (YAML)")
+    parser.add_argument("--config", "-c", help="base fit config (replaces the file's base)")
+    parser.add_argument("--methods", nargs="+", help="method labels of the file or class names")
+    parser.add_argument("--settings", nargs="+", help="run only these settings of the file")
+    parser.add_argument("--seeds", nargs="+", type=int, help="seeds (replace the file's)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="a config entry for every run, e.g. trainer.rounds=5 (repeatable)")
+    parser.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                        help="values of one grid axis, e.g. model.init_args.lr=0.01,0.005")
+    parser.add_argument("--select", choices=SELECT_MODES, help="choose grid points on validation")
+    parser.add_argument("--trials", type=int, help="a search's trials per study (replaces its "
+                        "n_trials; a finished search given more goes on)")
+    parser.add_argument("--name", help="the sweep's name (default: the file's name)")
+    parser.add_argument("--out", help="output folder (default: sweeps/<name>)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes with "
+                        "one torch thread each; default 1)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="resolve and list the runs (cached or not) without running")
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    options = parser().parse_args(argv)
+    if options.jobs < 1:
+        raise SweepError(f"--jobs must be at least 1, got {options.jobs}")
+    sweep = load_sweep(options.sweep, options)
+    out = Path(options.out or Path("sweeps") / sweep.name)
+    command = "fedlight sweep " + " ".join(argv)
+    if sweep.search is not None:
+        search(sweep, out, options.jobs, options.dry_run, command)
+        return
+    started, cpu_started = time.perf_counter(), cpu_seconds()
+    planned = plan_sweep(sweep, out)
+    if options.dry_run:
+        for item in planned:
+            state = "cached" if item.record.is_file() else "to run"
+            print(f"{item.cell.label}: {item.name} ({state})")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    run_cells(planned, options.jobs)
+    path = write_results(sweep, planned, out, command, time.perf_counter() - started,
+                         cpu_seconds() - cpu_started)
+    print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)
+
+
+def search(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
+    """Run (or resume) the sweep's search and write its tables; with ``dry_run``, check it
+    and list its studies."""
+    from fedlight.sweep import search as studies
+
+    started, cpu_started = time.perf_counter(), cpu_seconds()
+    if dry_run:
+        studies.check_search(sweep, out)
+        for method, setting in studies.studies(sweep):
+            print(f"study {studies.study_name(sweep, method, setting)}: "
+                  f"{sweep.search.n_trials} trials over {', '.join(sweep.search.space)}")
+        return
+    studies.run_search(sweep, out, jobs)
+    sections = studies.write_trials_csv(sweep, out)
+    planned, trials = studies.finished_runs(sweep, out)
+    path = write_results(sweep, planned, out, command, time.perf_counter() - started,
+                         cpu_seconds() - cpu_started, trials, sections)
+    print(f"wrote {path} and {out / 'trials.csv'}", file=sys.stderr)

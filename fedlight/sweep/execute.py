@@ -1,0 +1,97 @@
+"""Running a sweep's planned cells, ``jobs`` at a time, each in a process of its own; a cell with
+a record is finished and never runs again."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+import yaml
+
+from fedlight.sweep import runner
+from fedlight.sweep.plan import Planned
+
+
+def process_context() -> Any:
+    """The multiprocessing context cells run in: fork where the platform has it (a cell's
+    process starts without importing fedlight again), spawn elsewhere."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def exit_with_parent(parent: int) -> None:
+    """In a cell's process: stop at once when the sweep's process is gone (killed), as a
+    killed run stops, so that a resumed sweep never runs a cell beside an orphaned one."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def prepare(item: Planned) -> bool | None:
+    """None when the cell is finished (a record exists); else whether to resume it from its
+    checkpoint. A folder left without a checkpoint (stopped in its first rounds) is removed."""
+    if item.record.is_file():
+        return None
+    item.runs.mkdir(parents=True, exist_ok=True)
+    if (item.folder / "checkpoints" / "last.ckpt").is_file():
+        return True
+    shutil.rmtree(item.folder, ignore_errors=True)
+    item.config_file.write_text(yaml.safe_dump(item.config, sort_keys=False))
+    return False
+
+
+def finish(item: Planned, result: dict[str, Any], note: str = "") -> None:
+    """Write the cell's record (atomically: a record means the cell is done) and print its
+    line (with ``note`` before its times or error)."""
+    temporary = item.record.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps({"cell": item.cell.label, **result}, indent=1))
+    temporary.replace(item.record)
+    status = f"failed: {result['error']}" if result["error"] else (
+        f"{result['wall']:.0f} s wall, {result['cpu']:.0f} s CPU")
+    print(f"  {item.cell.label}: {note + '; ' if note else ''}{status}", flush=True)
+
+
+def run_cells(planned: Sequence[Planned], jobs: int) -> int:
+    """Run every unfinished cell, ``jobs`` at a time; returns how many ran."""
+    todo = []
+    for item in planned:
+        resume = prepare(item)
+        if resume is not None:
+            todo.append((item, resume))
+    print(f"sweep: {len(planned)} runs, {len(planned) - len(todo)} cached, {len(todo)} to run "
+          f"({jobs} at a time)", flush=True)
+    if jobs == 1:
+        for item, resume in todo:
+            finish(item, runner.run_cell(str(item.config_file), resume))
+        return len(todo)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=process_context(),
+                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+        # The pool gets a cell only when a worker is free: a cell already handed to the pool
+        # cannot be cancelled, so on Ctrl-C the workers would start such cells after saving
+        # the interrupted ones, and the sweep would go on running.
+        waiting = iter(todo)
+        futures: dict[Future, Planned] = {}
+
+        def hand_over(count: int) -> None:
+            for item, resume in itertools.islice(waiting, count):
+                futures[pool.submit(runner.run_cell, str(item.config_file), resume)] = item
+
+        hand_over(jobs)
+        while futures:
+            done, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in done:
+                finish(futures.pop(future), future.result())
+            hand_over(len(done))
+    return len(todo)
