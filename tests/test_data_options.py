@@ -17,6 +17,7 @@ from fedlight.cli import main
 from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
 from fedlight.data.sources import load_source
+from tests.test_pfllib import write_pfllib_folder
 from tests.test_sources import write_mnist
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -64,14 +65,26 @@ def test_an_embedded_source_is_resized_through_the_data_module():
     assert data.input_shape == (1, 32, 32) and data.client_train(0)[0].shape[1:] == (1, 32, 32)
 
 
+def test_a_pfllib_folder_is_resized_as_it_is_with_its_own_clients(tmp_path):
+    written = write_pfllib_folder(tmp_path / "pfllib")  # normalized by PFLlib: not re-normalized
+    native = load_source("pfllib", root=tmp_path / "pfllib")
+    resized = load_source("pfllib", root=tmp_path / "pfllib", image_size=16)
+    expected = F.interpolate(native.x_train, size=(16, 16), mode="bilinear", antialias=True,
+                             align_corners=False)
+    assert torch.equal(resized.x_train, expected)
+    for (train, test), (train0, test0) in zip(resized.client_splits, native.client_splits,
+                                              strict=True):
+        assert np.array_equal(train, train0) and np.array_equal(test, test0)
+    assert resized.x_train.shape == (sum(len(c[s][1]) for c in written for s in c), 1, 16, 16)
+
+
 def test_image_size_on_a_source_without_images_is_a_one_line_error():
     with pytest.raises(ConfigError, match=r"image_size applies to image sources; synthetic"):
         load_source("synthetic", synthetic_shape=(20,), image_size=32)
 
 
-def test_a_paper_famnist_config_runs_at_32_pixels(tmp_path, monkeypatch):
+def test_a_paper_famnist_config_runs_at_32_pixels(tmp_path):
     write_mnist(tmp_path / "data", "FashionMNIST", np.random.default_rng(1))
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
     main(["fit", "-c", str(CONFIGS / "map/paper/famnist_lenet.yaml"),
           "--data.root", str(tmp_path / "data"), "--data.download", "false",
           "--data.num_clients", "2", "--data.min_client_size", "2", "--trainer.rounds", "1",
