@@ -55,7 +55,7 @@ def tiny_args(config: Path) -> list[str]:
 @pytest.fixture
 def no_figures(monkeypatch):
     """The two figures of a run (tested in test_report) cost ~2 s of each config's run."""
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.federation.outputs.writer.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
 
 
@@ -104,7 +104,7 @@ FIXTURE_ARGS = {
     "cinic10": ["--data.num_clients", "3", "--data.min_client_size", "2"],
     "femnist": ["--data.num_clients", "4"],
     "office_caltech10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
-                         '{"fc_dims": [64, 64]}'],
+                         '{"fc_dims": [64, 64]}', "--data.max_train_samples", "20"],
     "domainnet10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
                     '{"fc_dims": [64, 64]}'],
     "digits5_real": ["--data.image_size", "16"],  # digit_cnn: 2048 features, not 8192

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
 from fedlight.data.images import to_source
 from fedlight.data.sources import SOURCES, _from_arrays, load_source
@@ -147,6 +148,36 @@ def test_max_train_samples_caps_training_and_keeps_tests(tmp_path) -> None:
     for a, b in zip(whole.splits, capped.splits, strict=True):
         assert len(b.train) == 4 and set(b.train) <= set(a.train)
         assert np.array_equal(a.test, b.test)
+
+
+def test_surplus_training_samples_can_join_the_local_test_split(tmp_path) -> None:
+    root = dataset_files.office_caltech10(tmp_path)
+    options = dict(source="office_caltech10", root=str(root), image_size=8,
+                   partition="domains", num_clients=4, train_fraction=0.5, max_train_samples=4)
+    whole = FederatedDataModule(**{**options, "max_train_samples": None})
+    dropped = FederatedDataModule(**options)
+    kept = FederatedDataModule(**options, surplus_train="test")
+    for data in (whole, dropped, kept):
+        data.setup()
+    for w, a, b in zip(whole.splits, dropped.splits, kept.splits, strict=True):
+        assert np.array_equal(a.train, b.train) and len(b.train) == 4
+        assert np.array_equal(a.test, w.test)  # drop: the held-out split only
+        assert sorted([*b.train, *b.test]) == sorted([*w.train, *w.test])  # test: every sample
+
+
+def test_a_split_without_any_local_test_sample_is_one_line(tmp_path) -> None:
+    root = dataset_files.office_caltech10(tmp_path)
+    data = FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
+                               partition="domains", num_clients=4, train_fraction=1.0,
+                               max_train_samples=100, surplus_train="test")
+    with pytest.raises(ConfigError, match="no client of the office_caltech10 split has a local "
+                                          "test sample"):
+        data.setup()
+
+
+def test_a_bad_surplus_train_value_is_one_line(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="surplus_train must be drop or test, got 'keep'"):
+        FederatedDataModule(source="digits", surplus_train="keep")
 
 
 # ---------------------------------------------------------------------------- bad input

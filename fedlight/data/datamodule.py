@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -64,12 +64,16 @@ def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> Clien
                        np.sort(rng.choice(split.test, keep_test, replace=False)), split.val)
 
 
-def cap_train(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
-    """At most ``limit`` random training samples of a client; its test split is kept whole."""
+def cap_train(split: ClientSplit, limit: int, rng: np.random.Generator,
+              surplus_to_test: bool = False) -> ClientSplit:
+    """At most ``limit`` random training samples of a client; its test split is kept whole, and
+    with ``surplus_to_test`` the training samples left out join it."""
     if len(split.train) <= limit:
         return split
-    return ClientSplit(np.sort(rng.choice(split.train, limit, replace=False)), split.test,
-                       split.val)
+    kept = np.sort(rng.choice(split.train, limit, replace=False))
+    test = (np.sort(np.concatenate([split.test, np.setdiff1d(split.train, kept)]))
+            if surplus_to_test else split.test)
+    return ClientSplit(kept, test, split.val)
 
 
 def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generator) -> ClientSplit:
@@ -188,6 +192,10 @@ class FederatedDataModule(L.LightningDataModule):
             random, seeded by seed; its local test split stays whole): the cross-domain papers'
             fixed training budget per domain (FedPick: 1000 on Digits-Five, 125 on
             Office-Caltech-10, 500 on DomainNet); None = all.
+        surplus_train: what becomes of the training samples max_train_samples leaves out:
+            drop (default) or test (they join the client's local test split: with
+            train_fraction 1, "N training images per domain, the rest for test", as FedPick
+            evaluates Office-Caltech-10).
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
@@ -244,6 +252,7 @@ class FederatedDataModule(L.LightningDataModule):
         public_samples: int = 0,
         max_client_samples: int | None = None,
         max_train_samples: int | None = None,
+        surplus_train: Literal["drop", "test"] = "drop",
         merge_test: bool = False,
         local_test: str = "split",
         root: str | None = None,
@@ -278,6 +287,8 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
             raise ConfigError(f"public_samples must be >= 0, got {public_samples}")
+        if surplus_train not in ("drop", "test"):
+            raise ConfigError(f"data.surplus_train must be drop or test, got {surplus_train!r}")
         if max_train_samples is not None and max_train_samples < 1:
             raise ConfigError(f"max_train_samples must be at least 1 or null for all, got "
                              f"{max_train_samples}")
@@ -306,6 +317,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.public_samples = public_samples
         self.max_client_samples = max_client_samples
         self.max_train_samples = max_train_samples
+        self.surplus_to_test = surplus_train == "test"
         self.merge_test = merge_test
         self.local_test = local_test
         self.root = root
@@ -393,7 +405,8 @@ class FederatedDataModule(L.LightningDataModule):
             self.splits = [cap_split(s, self.max_client_samples, rng) for s in self.splits]
         if self.max_train_samples is not None:
             rng = np.random.default_rng([self.seed, _TRAIN_CAP_STREAM])
-            self.splits = [cap_train(s, self.max_train_samples, rng) for s in self.splits]
+            self.splits = [cap_train(s, self.max_train_samples, rng, self.surplus_to_test)
+                           for s in self.splits]
         if self.val_fraction:
             rng = np.random.default_rng([self.seed, _VAL_STREAM])
             self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]
@@ -405,6 +418,12 @@ class FederatedDataModule(L.LightningDataModule):
             self.global_x, self.global_y = data.x_test, data.y_test
         else:
             test_index = torch.from_numpy(np.concatenate([s.test for s in self.splits]))
+            if not len(test_index):
+                raise ConfigError(
+                    f"no client of the {self.source} split has a local test sample, so there is "
+                    f"nothing to evaluate on; lower data.train_fraction (now "
+                    f"{self.train_fraction}) or data.max_train_samples (now "
+                    f"{self.max_train_samples}) with data.surplus_train: test")
             self.global_x, self.global_y = self.pool_x[test_index], self.pool_y[test_index]
 
     def _split(self, data: SourceData, merge: bool) -> list[ClientSplit]:
