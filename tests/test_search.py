@@ -150,7 +150,7 @@ def test_a_stopped_search_resumes_without_running_a_finished_trial_again(tmp_pat
     (tmp_path / "hold.txt").write_text("0.2")
     path = search(tmp_path, n_trials=3, enqueue=[{LR: 0.3}, {LR: 0.2}, {LR: 0.1}])
     out = tmp_path / "out"
-    advance = search_module.Study.advance
+    advance = search_module.StudyRunner.advance
 
     def ctrl_c_in_the_second_trial(self, run):
         ended = advance(self, run)
@@ -159,14 +159,14 @@ def test_a_stopped_search_resumes_without_running_a_finished_trial_again(tmp_pat
             raise KeyboardInterrupt  # ... and the search
         return ended
 
-    monkeypatch.setattr(search_module.Study, "advance", ctrl_c_in_the_second_trial)
+    monkeypatch.setattr(search_module.StudyRunner, "advance", ctrl_c_in_the_second_trial)
     with pytest.raises(SystemExit) as stop:
         run_search(path, out)
     assert stop.value.code == 130
     assert [t.state.name for t in trials(out)] == ["COMPLETE", "RUNNING", "WAITING"]
     assert calls(tmp_path) == [0.3, 0.2]
 
-    monkeypatch.setattr(search_module.Study, "advance", advance)
+    monkeypatch.setattr(search_module.StudyRunner, "advance", advance)
     (tmp_path / "hold.txt").unlink()
     (tmp_path / "calls.txt").unlink()
     run_search(path, out)
@@ -297,3 +297,13 @@ def test_trials_on_the_command_line_needs_a_search(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_search(path, tmp_path / "out", "--trials", "3")
     assert "error: --trials: the sweep has no search: section" in capsys.readouterr().err
+
+
+def test_a_dry_run_checks_the_search_and_lists_its_studies(tmp_path, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg", "Local"],
+                            "search": {"metric": METRIC, "n_trials": 4, "space": {LR: FLOAT}}},
+                 base=VALIDATED)
+    run_search(path, tmp_path / "out", "--dry-run")
+    assert capsys.readouterr().out.splitlines() == [
+        f"study sweep/{method}: 4 trials over {LR}" for method in ("FedAvg", "Local")]
+    assert not (tmp_path / "out").exists()

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
     out = Path(options.out or Path("sweeps") / sweep.name)
     command = "fedlight sweep " + " ".join(argv)
     if sweep.search is not None:
-        search(sweep, out, options.jobs, options.dry_run, command)
+        run_search_command(sweep, out, options.jobs, options.dry_run, command)
         return
     started, cpu_started = time.perf_counter(), cpu_seconds()
     planned = plan_sweep(sweep, out)
@@ -64,21 +64,21 @@ def main(argv: list[str]) -> None:
     print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)
 
 
-def search(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
+def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
     """Run (or resume) the sweep's search and write its tables; with ``dry_run``, check it
     and list its studies."""
-    from fedlight.sweep import search as studies
+    from fedlight.sweep import search  # Optuna is imported by searches only
 
     started, cpu_started = time.perf_counter(), cpu_seconds()
     if dry_run:
-        studies.check_search(sweep, out)
-        for method, setting in studies.studies(sweep):
-            print(f"study {studies.study_name(sweep, method, setting)}: "
+        search.check_search(sweep, out)
+        for method, setting in search.studies(sweep):
+            print(f"study {search.study_name(sweep, method, setting)}: "
                   f"{sweep.search.n_trials} trials over {', '.join(sweep.search.space)}")
         return
-    studies.run_search(sweep, out, jobs)
-    sections = studies.write_trials_csv(sweep, out)
-    planned, trials = studies.finished_runs(sweep, out)
+    search.run_search(sweep, out, jobs)
+    sections = search.write_trials_csv(sweep, out)
+    planned, trials = search.finished_runs(sweep, out)
     path = write_results(sweep, planned, out, command, time.perf_counter() - started,
                          cpu_seconds() - cpu_started, trials, sections)
     print(f"wrote {path} and {out / 'trials.csv'}", file=sys.stderr)

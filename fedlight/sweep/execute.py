@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from fedlight.core.files import atomic_write
 from fedlight.sweep import runner
 from fedlight.sweep.plan import Planned
 
@@ -55,9 +56,8 @@ def prepare(item: Planned) -> bool | None:
 def finish(item: Planned, result: dict[str, Any], note: str = "") -> None:
     """Write the cell's record (atomically: a record means the cell is done) and print its
     line (with ``note`` before its times or error)."""
-    temporary = item.record.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({"cell": item.cell.label, **result}, indent=1))
-    temporary.replace(item.record)
+    record = json.dumps({"cell": item.cell.label, **result}, indent=1)
+    atomic_write(item.record, lambda stream: stream.write(record.encode()))
     status = f"failed: {result['error']}" if result["error"] else (
         f"{result['wall']:.0f} s wall, {result['cpu']:.0f} s CPU")
     print(f"  {item.cell.label}: {note + '; ' if note else ''}{status}", flush=True)

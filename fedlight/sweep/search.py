@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from fedlight.sweep.execute import finish
 from fedlight.sweep.plan import Planned, check_validation_split, plan_cell
 from fedlight.sweep.search_spec import SearchSpec
-from fedlight.sweep.spec import Sweep, SweepError
+from fedlight.sweep.spec import Cell, Sweep, SweepError
 from fedlight.sweep.trial import TrialRun
 
 STORAGE_FILE = "optuna.db"
@@ -104,7 +104,7 @@ def finished_trials(study: optuna.Study) -> int:
                for t in study.get_trials(deepcopy=False))
 
 
-def trial_cell(sweep: Sweep, method: str, setting: str, trial: Any) -> Any:
+def trial_cell(sweep: Sweep, method: str, setting: str, trial: Any) -> Cell:
     """The cell of a trial: its parameters as config entries (in the space's order), with
     the sweep's seed."""
     point = tuple((key, trial.params[key]) for key in sweep.search.space if key in trial.params)
@@ -121,7 +121,7 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-class Study:
+class StudyRunner:
     """One study's trials run ``jobs`` at a time until n_trials have finished."""
 
     def __init__(self, sweep: Sweep, out: Path, method: str, setting: str) -> None:
@@ -252,7 +252,7 @@ def run_search(sweep: Sweep, out: Path, jobs: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with exclusive(out):
         for method, setting in studies(sweep):
-            Study(sweep, out, method, setting).run(jobs)
+            StudyRunner(sweep, out, method, setting).run(jobs)
 
 
 def stored_studies(sweep: Sweep, out: Path) -> Iterator[tuple[str, str, optuna.Study]]:

@@ -80,10 +80,9 @@ class TrialRun:
         run.results, sender = context.Pipe(duplex=False)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
             stream.flush()
-        run.process = context.Process(
-            target=_run_in_process, daemon=False,
-            args=(str(item.config_file), resume, str(item.runs / f"{item.name}.log"),
-                  os.getpid(), sender))
+        log = item.runs / f"{item.name}.log"
+        run.process = context.Process(target=_run_in_process, args=(
+            str(item.config_file), resume, str(log), os.getpid(), sender))
         run.process.start()
         sender.close()  # the child's end: a child gone without a result reads as EOF here
         return run
