@@ -18,6 +18,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from fedlight.core.files import atomic_write
 from fedlight.sweep import runner
 from fedlight.sweep.execute import exit_with_parent, prepare, process_context
 from fedlight.sweep.plan import Planned
@@ -111,9 +112,9 @@ class TrialRun:
         assert self.pruned_at is not None
         folder = self.item.folder
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / PRUNED_FILE).write_text(json.dumps(
-            {"trial": self.trial.number, "round": self.pruned_at, "metric": metric,
-             "value": self.reported[self.pruned_at]}, indent=1))
+        marker = json.dumps({"trial": self.trial.number, "round": self.pruned_at,
+                             "metric": metric, "value": self.reported[self.pruned_at]}, indent=1)
+        atomic_write(folder / PRUNED_FILE, lambda stream: stream.write(marker.encode()))
 
     def join(self) -> None:
         if self.process is not None:
