@@ -25,7 +25,8 @@ OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
                *(f"trainer.{key}" for key in CELL_TRAINER_OPTIONS))
 #: Options added after sweeps were cached, at the value that computes what runs computed
 #: before the option existed: left out of the key at that value, so finished cells stay valid.
-NEUTRAL_DEFAULTS = {"trainer.batched_clients": 1}
+NEUTRAL_DEFAULTS = {"trainer.batched_clients": 1, "data.balanced": True, "data.augment": None,
+                    "data.first_per_class": None, "data.surplus_train": "drop"}
 
 
 def get(config: Mapping[str, Any], dotted: str) -> Any:
