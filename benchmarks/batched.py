@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.clients import FedAvg  # noqa: E402
-from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
+from fedlight.clients import FedAvg
+from fedlight.data import FederatedDataModule
+from fedlight.federation.trainer import FederatedTrainer
 
 
 def fit(group: int, args: argparse.Namespace) -> FederatedTrainer:

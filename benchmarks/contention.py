@@ -38,7 +38,6 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 #: Busy loops that stop when the benchmark that started them is gone.
 COMPETITORS = {
@@ -79,7 +78,7 @@ def worker(threads: str, rounds: int, method: str, devices: str = "1") -> None:
 
     from fedlight.clients import CLIENTS
     from fedlight.data import FederatedDataModule
-    from fedlight.federation import FederatedTrainer
+    from fedlight.federation.trainer import FederatedTrainer
 
     warnings.filterwarnings("ignore")
     data = FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", beta=0.1,

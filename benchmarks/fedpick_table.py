@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import sys
 import tempfile
@@ -53,15 +52,15 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from fedlight.clients import CLIENTS, FederatedClient  # noqa: E402
-from fedlight.clients.fedpick import FedPick, feature_sparsity_ratio, fisher_scores  # noqa: E402
-from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.data.crossdomain import DIGITS5_DOMAINS  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
-from fedlight.federation.probes import Probe  # noqa: E402
+from fedlight.clients import CLIENTS, FederatedClient
+from fedlight.clients.fedpick import FedPick, feature_sparsity_ratio, fisher_scores
+from fedlight.data import FederatedDataModule
+from fedlight.data.crossdomain import DIGITS5_DOMAINS
+from fedlight.federation.probes import Probe
+from fedlight.federation.trainer import FederatedTrainer
+from fedlight.sweep import cpu_seconds
 
 SHORT = {"mnist": "MT", "mnist_m": "MM*", "usps_like": "UP*", "synth_like": "SY*",
          "svhn_like": "SV*"}
@@ -274,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None:
     """Run every method and ablation, print the Markdown and write it to ``args.out``."""
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     data = FederatedDataModule(source="digits5", num_clients=5, partition="domains",
                                merge_test=True, train_fraction=0.6, seed=0)
     data.setup()
@@ -303,7 +302,7 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
     knob_runs = (fedpick_variants(KNOBS, args.knobs, prefix="FedPick + ")
                  if "knobs" in args.sections else {})
 
-    wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
     emulated = [label for label, (_, fake) in methods.items() if fake]
     command = "python benchmarks/fedpick_table.py " + shlex.join(argv if argv is not None
                                                                  else sys.argv[1:])
@@ -345,11 +344,6 @@ def report(args: argparse.Namespace, root: Path, argv: list[str] | None) -> None
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -30,23 +30,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.federation.precision import native_bf16  # noqa: E402
-from fedlight.models import BACKBONES, build_backbone  # noqa: E402
+from fedlight.federation.processes.cpus import native_bf16
+from fedlight.models import BACKBONES, build_backbone
 
 #: (backbone, input shape, classes, where the papers use it). Rows whose backbone is not in
 #: the zoo are skipped with a note, so the table follows the zoo as it grows.
@@ -172,7 +168,7 @@ def fedlight_round_seconds(rounds: int, device: str, samples: int) -> float:
     the CIFAR-10 workload's shape: 20 clients, `samples` / 0.75 synthetic 3x32x32 images."""
     from fedlight.clients import FedAvg
     from fedlight.data import FederatedDataModule
-    from fedlight.federation import FederatedTrainer
+    from fedlight.federation.trainer import FederatedTrainer
 
     data = FederatedDataModule(source="synthetic", num_clients=20, partition="iid",
                                synthetic_samples=round(samples / 0.75),

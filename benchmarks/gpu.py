@@ -42,17 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from batched import main as batched_main
+from floor import best_throughput, fedlight_round_seconds, flops_per_sample, quiet
+
+from fedlight.clients import CLIENTS
+from fedlight.data import FederatedDataModule
+from fedlight.federation.trainer import FederatedTrainer
 
 BENCHMARKS = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCHMARKS.parent))
-sys.path.insert(0, str(BENCHMARKS))
-
-from batched import main as batched_main  # noqa: E402
-from floor import best_throughput, fedlight_round_seconds, flops_per_sample, quiet  # noqa: E402
-
-from fedlight.clients import CLIENTS  # noqa: E402
-from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
 
 SHAPE = (3, 32, 32)
 CIFAR_ROUND_SAMPLES = 9000

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -31,10 +30,8 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.clients.privatize import Privatize  # noqa: E402
-from fedlight.privatize_interpolation import load_run  # noqa: E402
+from fedlight.analysis.interpolation import read_run
+from fedlight.clients.privatize import Privatize
 
 COLUMNS = {"global": "shared model B(A(x)) %", "probe": "linear probe on A(x) %",
            "avg_private": "B((A(x) + mean_k a_k(x)) / 2) %",
@@ -60,7 +57,7 @@ def _accuracy(logits: Tensor, labels: Tensor) -> float:
 @torch.no_grad()
 def diagnose(run_dir: Path) -> dict[str, float] | None:
     """The diagnosis of one run's final state; None for a way without a complete shared model."""
-    client, data = load_run(run_dir)
+    client, data = read_run(run_dir)
     if not isinstance(client, Privatize) or not {"A", "B"} <= set(getattr(client, "way", "")):
         return None
     client.eval()
@@ -115,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (Privatize / Auto*)")
     args = parser.parse_args(argv)
-    # load_run builds each run through the fit parser, which notes this script's own argv
+    # read_run builds each run through the fit parser, which notes this script's own argv
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     diagnoses: dict[str, list[dict[str, float]]] = defaultdict(list)
     coefs: list[str] = []

@@ -25,10 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from fedlight.core.host import cpu_cores  # (what devices: auto counts)
 
-from fedlight.federation.launch import cpu_cores  # noqa: E402  (what devices: auto counts)
+ROOT = Path(__file__).resolve().parents[1]
 
 MAIN_JOB = "configs/gpfl/mnist5k_pathological.yaml"
 

@@ -39,12 +39,10 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.clients import FedPer  # noqa: E402
-from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
-from fedlight.federation.store import make_store  # noqa: E402
+from fedlight.clients import FedPer
+from fedlight.data import FederatedDataModule
+from fedlight.federation.state.stores import make_store
+from fedlight.federation.trainer import FederatedTrainer
 
 SHAPE = (3, 32, 32)
 CLASSES = 10

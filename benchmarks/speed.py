@@ -38,11 +38,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import importlib.util
 import io
 import logging
 import math
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -55,24 +55,34 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.clients import CLIENTS  # noqa: E402
-from fedlight.data import FederatedDataModule, iterate_batches  # noqa: E402
-from fedlight.federation import FederatedTrainer, derive_seed  # noqa: E402
-from fedlight.federation.aggregate import WeightedSum  # noqa: E402
-from fedlight.federation.local import parse_optimizers  # noqa: E402
-from fedlight.federation.memory_format import (  # noqa: E402
+from fedlight.clients import CLIENTS
+from fedlight.core.rules import WeightedSum
+from fedlight.core.seeding import derive_seed
+from fedlight.data import FederatedDataModule, iterate_batches
+from fedlight.federation.build import Run
+from fedlight.federation.local_loop import parse_optimizers
+from fedlight.federation.memory_format import (
     apply_memory_format,
     in_memory_format,
 )
-from tests.text_fixtures import write_agnews, write_shakespeare  # noqa: E402
+from fedlight.federation.trainer import FederatedTrainer
 
 BATCH = 10
 AGNEWS_ARTICLES = 8000  # 2000 a class: 6000 train + 2000 test, all partitioned
 AGNEWS_VOCABULARY = 98_635  # GPFL's AG News vocabulary
 SHAKESPEARE_ROLES = 20
 SHAKESPEARE_SAMPLES = 100
+
+
+def text_fixtures() -> Any:
+    """The test suite's writers of AG News and Shakespeare files (tests/text_fixtures.py),
+    loaded from their file: this script runs as a script, beside the tests, not as a package."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "text_fixtures.py"
+    spec = importlib.util.spec_from_file_location("text_fixtures", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass(frozen=True)
@@ -92,13 +102,14 @@ WORKLOADS = {
                         0.005, countable=True),
     "agnews": Workload(
         {"source": "agnews", "partition": "dirichlet", "beta": 1.0, "merge_test": True},
-        "fasttext", 0.1, lambda folder: write_agnews(
+        "fasttext", 0.1, lambda folder: text_fixtures().write_agnews(
             folder, AGNEWS_ARTICLES * 3 // 16, AGNEWS_ARTICLES // 16,
             vocabulary=AGNEWS_VOCABULARY)),
     "shakespeare": Workload(
         {"source": "shakespeare", "partition": "natural", "merge_test": True,
          "train_fraction": 0.8}, "char_lstm", 1.0,
-        lambda folder: write_shakespeare(folder, SHAKESPEARE_ROLES, SHAKESPEARE_SAMPLES)),
+        lambda folder: text_fixtures().write_shakespeare(folder, SHAKESPEARE_ROLES,
+                                                         SHAKESPEARE_SAMPLES)),
 }
 workload = WORKLOADS["mnist5k"]  # set from --workload
 LR = workload.lr
@@ -126,18 +137,19 @@ clock = time.perf_counter  # set from --clock
 class ClockedTrainer(FederatedTrainer):
     """The trainer, timing each round's training and aggregation with :data:`clock`."""
 
-    def _prepare(self, *args: Any, **kwargs: Any) -> None:
-        super()._prepare(*args, **kwargs)
+    def _build(self, *args: Any, **kwargs: Any) -> Run:
+        built = super()._build(*args, **kwargs)
         self.clocked_seconds: list[float] = []
-        run = self.protocol.run_round
+        run_round = built.protocol.run_round
 
         def timed(*run_args: Any, **run_kwargs: Any) -> Any:
             started = clock()
-            result = run(*run_args, **run_kwargs)
+            result = run_round(*run_args, **run_kwargs)
             self.clocked_seconds.append(clock() - started)
             return result
 
-        self.protocol.run_round = timed  # type: ignore[method-assign]
+        built.protocol.run_round = timed  # type: ignore[method-assign]
+        return built
 
 
 def time_fedlight(name: str, data: FederatedDataModule, rounds: int) -> list[float]:

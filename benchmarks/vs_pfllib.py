@@ -60,10 +60,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from fedlight.sweep import cpu_seconds, resolve_arguments
 
-from fedlight.sweep import cpu_seconds, resolve_arguments  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 Flags = Callable[[dict[str, Any]], list[str]]
 

@@ -22,22 +22,18 @@ import csv
 import multiprocessing
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedlight.clients import CLIENTS  # noqa: E402
-from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer  # noqa: E402
+from fedlight.clients import CLIENTS
+from fedlight.data import FederatedDataModule
+from fedlight.federation.trainer import FederatedTrainer
 
 SHAPE = (3, 32, 32)
 CLASSES = 10

@@ -24,15 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ActionConfigFile
-from lightning.fabric.utilities.seed import seed_everything
+from jsonargparse import ActionConfigFile, Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.compat import LightningCLISteps
-from fedlight.config import add_run_arguments
+from fedlight.config import add_run_arguments, instantiate_run
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
 from fedlight.errors import (
@@ -42,9 +41,7 @@ from fedlight.errors import (
     debugging,
     exit_with_error,
     exit_with_fault,
-    wrapped_user_error,
 )
-from fedlight.federation.setup import MOVED_OPTIONS
 from fedlight.federation.trainer import FederatedTrainer
 
 #: jsonargparse's deprecation notes on calls LightningCLI makes (the messages' first words
@@ -63,6 +60,7 @@ class FedlightCLI(LightningCLISteps):
 
     def __init__(self, args: Any = None, run: bool = True) -> None:
         self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        self.parsers: dict[str, LightningArgumentParser] = {}  # by subcommand ("" the top)
         with warnings.catch_warnings():
             # What a user sees is fedlight's output, not notes on LightningCLI's own calls:
             # fedlight passes args on purpose where LightningCLI warns against it, and
@@ -103,6 +101,7 @@ class FedlightCLI(LightningCLISteps):
         parser = FedlightParser.of_command(command)(**kwargs)
         parser.add_argument("-c", "--config", action=ActionConfigFile,
                             help="Path to a configuration file in json or yaml format.")
+        self.parsers[command] = parser
         return parser
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -111,24 +110,20 @@ class FedlightCLI(LightningCLISteps):
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         add_run_arguments(parser)
 
-    def section(self, config: Any, key: str) -> Any:
-        """``config[<subcommand>][key]``, or ``config[key]`` without a subcommand."""
-        return (config[self.subcommand] if self.subcommand else config)[key]
+    def section(self, config: Any) -> Any:
+        """``config[<subcommand>]``, or ``config`` without a subcommand."""
+        return config[self.subcommand] if self.subcommand else config
 
-    def before_instantiate_classes(self) -> None:
-        # Model initialization is seeded by trainer.seed so one number fixes the whole run.
-        seed_everything(int(self.section(self.config, "trainer").seed), verbose=False)
-
-    def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
-        trainer = self.section(self.config_init, "trainer")
-        if not isinstance(trainer, FederatedTrainer):
-            trainer = FederatedTrainer(**{**trainer, **kwargs})
-        if self.subcommand is not None:
-            # The subcommand's resolved configuration, as the main parser dumps it.
-            everything = yaml.safe_load(self.parser.dump(self.config, skip_unset=False))
-            trainer.run_config = yaml.safe_dump(everything[self.subcommand], sort_keys=False)
-        trainer.command = command_without_ckpt_path(self.argv)
-        return trainer
+    def instantiate_classes(self) -> None:
+        """The run of the subcommand's config, built as every command builds one
+        (fedlight.config.instantiate_run)."""
+        parser = self.parsers[self.subcommand] if self.subcommand else self.parser
+        run = instantiate_run(parser, self.section(self.config))
+        self.model, self.datamodule, self.trainer = run.model, run.datamodule, run.trainer
+        run.trainer.command = command_without_ckpt_path(self.argv)
+        # what LightningCLI passes to the subcommand's method
+        self.config_init = Namespace({self.subcommand: Namespace(ckpt_path=run.ckpt_path,
+                                                                 server=run.server)})
 
 
 def command_without_ckpt_path(argv: list[str]) -> str:
@@ -185,7 +180,7 @@ def report(argv: list[str]) -> None:
 
 def interpolate(argv: list[str]) -> None:
     """``fedlight interpolate RUN_DIR``: the privatization paper's interpolation grid."""
-    from fedlight.privatize_interpolation import main as interpolation_main
+    from fedlight.analysis.interpolation import main as interpolation_main
 
     interpolation_main(argv)
 
@@ -266,7 +261,6 @@ def main(args: list[str] | None = None) -> None:
         if argv[0] in TOOLS:
             TOOLS[argv[0]](argv[1:])
             return
-        check_moved_options(argv)
         if args is None:  # LightningCLI reads the console's sys.argv itself (args too warns)
             sys.argv[1:] = model_help(argv)
             FedlightCLI()
@@ -283,24 +277,7 @@ def main(args: list[str] | None = None) -> None:
     except Exception as error:  # a fault, not the input's: its traceback and a hint
         if debugging():
             raise
-        if wrapped_user_error(error) is not None:  # a constructor's check, as jsonargparse
-            exit_with_error(error)                  # reports it
         exit_with_fault(error)
-
-
-def check_moved_options(argv: list[str]) -> None:
-    """Fail with the new form for trainer options that moved (trainer.dp_* became
-    server: DPFedAvg, trainer.dlg_* the DLGProbe), on the command line or in a -c / --config
-    YAML, before any parsing."""
-    names = [a[len("--trainer."):].split("=")[0] for a in argv if a.startswith("--trainer.")]
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag in ("-c", "--config") and Path(value).is_file():
-            trainer = (yaml.safe_load(Path(value).read_text()) or {}).get("trainer") or {}
-            names += list(trainer) if isinstance(trainer, dict) else []
-    moved = [name for name in names if name in MOVED_OPTIONS]
-    if moved:
-        raise UsageError("; ".join(
-            f"trainer.{name} moved: use {MOVED_OPTIONS[name]}" for name in moved))
 
 
 if __name__ == "__main__":

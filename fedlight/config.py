@@ -1,7 +1,7 @@
 """Reading a fedlight config: the arguments of a run (trainer, model, data and their links) and
-read_config, which builds a run from a YAML plus command-line style overrides exactly as
-fedlight fit does, without the command line. The CLI adds the same arguments to its parser;
-the Flower apps and fedlight interpolate read configs with read_config.
+the one way a run is built from a parsed config (instantiate_run), used by the CLI (fit,
+validate, test) and, through read_config (a YAML plus command-line style overrides), by
+sweeps, the Flower apps and the analyses.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from lightning.pytorch.cli import LightningArgumentParser
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
+from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.errors import FedlightParser, UsageError, user_message, wrapped_user_error
-from fedlight.federation.server import ServerRule
+from fedlight.errors import FedlightParser, wrapped_user_error
 from fedlight.federation.trainer import FederatedTrainer
 
 
@@ -74,6 +74,31 @@ class RunConfig:
         return type(self.model).__name__
 
 
+def instantiate_run(parser: LightningArgumentParser, config: Any) -> RunConfig:
+    """Build the run a parsed config describes, the one way every command does (fit, validate
+    and test through the CLI, sweeps, the Flower apps, analyses): the global RNG seeded by
+    trainer.seed (the model's initialization), every class instantiated (a constructor's check
+    is one UsageError line), the trainer told its resolved YAML (the run's config.yaml).
+
+    Raises:
+        fedlight.errors.UsageError: a value a constructor refused.
+    """
+    seed_everything(int(config.trainer.seed), verbose=False)
+    try:
+        built = parser.instantiate(config)
+    except Exception as error:  # a constructor's check, which jsonargparse wraps in its own
+        refused = wrapped_user_error(error)
+        if refused is None:
+            raise
+        raise refused from None
+    trainer = built.trainer
+    if not isinstance(trainer, FederatedTrainer):
+        trainer = FederatedTrainer(**trainer)
+    trainer.run_config = dump_config(parser, config)
+    return RunConfig(built.model, built.data, trainer, built.get("server"),
+                     built.get("ckpt_path"))
+
+
 def read_config(path: str | Path, overrides: Sequence[str] = (),
                 one_process: bool = False) -> RunConfig:
     """Build the run of fedlight fit -c path [overrides]; ``one_process`` reads
@@ -87,19 +112,8 @@ def read_config(path: str | Path, overrides: Sequence[str] = (),
     config = parser.parse_args(["-c", str(path), *overrides])
     if one_process and config.trainer.devices == "auto":
         config.trainer.devices = 1
-    seed_everything(int(config.trainer.seed), verbose=False)  # model init, as fedlight fit
-    try:
-        built = parser.instantiate(config)
-    except Exception as error:  # a constructor's check, which jsonargparse wraps
-        if wrapped_user_error(error) is None:
-            raise
-        raise UsageError(user_message(error)) from None
-    trainer = built.trainer
-    if not isinstance(trainer, FederatedTrainer):
-        trainer = FederatedTrainer(**trainer)
-    trainer.run_config = dump_config(parser, config)
-    return RunConfig(built.model, built.data, trainer, built.get("server"),
-                     built.get("ckpt_path"))
+    return instantiate_run(parser, config)
 
 
-__all__ = ["RunConfig", "add_run_arguments", "dump_config", "read_config", "run_parser"]
+__all__ = ["RunConfig", "add_run_arguments", "dump_config", "instantiate_run", "read_config",
+           "run_parser"]

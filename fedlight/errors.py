@@ -215,14 +215,14 @@ def option_names() -> set[str]:
     """Every option of ``fedlight fit``: trainer.*, data.*, model.* of every client class."""
     from fedlight.clients import CLIENTS
     from fedlight.data.datamodule import FederatedDataModule
-    from fedlight.federation.trainer import FederatedTrainer
+    from fedlight.federation.options import TrainerOptions
 
     names = {"ckpt_path", "server", "config"}
-    sections = [("trainer", FederatedTrainer), ("data", FederatedDataModule)]
+    sections = [("trainer", TrainerOptions), ("data", FederatedDataModule)]
     sections += [("model", cls) for cls in CLIENTS.values()]
     for section, cls in sections:
         for parameter in list(inspect.signature(cls.__init__).parameters)[1:]:
-            if parameter not in ("args", "kwargs", "moved"):
+            if parameter not in ("args", "kwargs"):
                 names.update({f"{section}.{parameter}", f"{section}.init_args.{parameter}"})
     return names
 

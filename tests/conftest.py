@@ -12,7 +12,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)  # tiny models: one thread is faster and steadier
 
 from fedlight.data import FederatedDataModule  # noqa: E402
-from fedlight.federation import FederatedTrainer, launch  # noqa: E402
+from fedlight.federation.processes import cpus  # noqa: E402
+from fedlight.federation.trainer import FederatedTrainer  # noqa: E402
 
 
 def tiny_data(num_clients: int = 4, partition: str = "iid", **kwargs) -> FederatedDataModule:
@@ -43,7 +44,7 @@ def _machine_busy(monkeypatch):
     """Every core reads as busy, so ``devices: auto`` (the default) is one process in tests:
     xdist's workers share the machine, and a test that wants processes asks for them. Tests of
     the idle-core rule replace ``busy_cores`` themselves."""
-    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: float(launch.cpu_cores()))
+    monkeypatch.setattr(cpus, "busy_cores", lambda window=0.25: float(cpus.cpu_cores()))
 
 
 @pytest.fixture

@@ -1,12 +1,8 @@
 import pytest
 import torch
 
-from fedlight.federation.aggregate import (
-    WeightedSum,
-    aggregation_weight,
-    state_bytes,
-    weighted_mean,
-)
+from fedlight.core.messages import state_bytes
+from fedlight.core.rules import WeightedSum, aggregation_weight, weighted_mean
 
 
 def test_weighted_mean_matches_hand_computed_values():

@@ -24,8 +24,9 @@ from fedlight.analysis.sparsity import FeatureSparsity, sparsity
 from fedlight.cli import main
 from fedlight.clients import GPFL, FedAvg, FedPick
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.seeding import derive_seed
 from fedlight.data import FederatedDataModule
-from fedlight.federation import FederatedTrainer, derive_seed
+from fedlight.federation.trainer import FederatedTrainer
 from fedlight.privacy.dlg import DLGProbe, attack_surface, attacked_batches, psnr
 
 CLIENTS = 2

@@ -20,7 +20,7 @@ from fedlight.clients import (
     LGFedAvg,
 )
 from fedlight.clients.fedrod import balanced_softmax_loss
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 from tests.conftest import tiny_data, tiny_trainer
 
 

@@ -10,14 +10,15 @@ import pytest
 import torch
 
 from fedlight.clients import FedAvg, FedBABU, FedProx, FedRep, Local
-from fedlight.clients.base import Phase
-from fedlight.federation.batched import (
+from fedlight.core.client import Phase
+from fedlight.data.datamodule import iterate_batches
+from fedlight.federation.engines.batched import (
     BatchedEngine,
     batching_refusal,
     phase_batches,
     stack_batches,
 )
-from fedlight.federation.round import LocalEngine
+from fedlight.federation.engines.local import LocalEngine
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 # Dirichlet sizes: clients take different numbers of steps and end on smaller last batches.
@@ -135,14 +136,16 @@ def test_bad_batched_clients_is_a_one_line_error(tmp_path, value):
 
 def test_phase_batches_draw_as_the_loop_does():
     x, y = torch.arange(23.0).reshape(23, 1), torch.arange(23)
-    drawn = phase_batches((x, y), Phase(epochs=2), 5, torch.Generator().manual_seed(3))
+    order = torch.Generator().manual_seed(3)
+    drawn = phase_batches(lambda: iterate_batches(x, y, 5, order), Phase(epochs=2))
     generator = torch.Generator().manual_seed(3)
     orders = [torch.randperm(23, generator=generator) for _ in range(2)]
     # 23 = 4 x 5 + 3 per epoch: a last batch of 3
     assert [len(b[1]) for b in drawn] == [5, 5, 5, 5, 3] * 2
     assert torch.equal(torch.cat([b[1] for b in drawn]), torch.cat(orders))
-    capped = phase_batches((x, y), Phase(epochs=3, max_steps=6), 5,
-                           torch.Generator().manual_seed(3))
+    same_order = torch.Generator().manual_seed(3)
+    capped = phase_batches(lambda: iterate_batches(x, y, 5, same_order),
+                           Phase(epochs=3, max_steps=6))
     assert len(capped) == 6 and torch.equal(capped[5][1], drawn[5][1])
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fedlight.clients import FedAvg, Local
-from fedlight.clients.base import resolve_partition
+from fedlight.core.client import resolve_partition
 from tests.conftest import tiny_data
 
 

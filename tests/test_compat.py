@@ -77,7 +77,7 @@ def test_jsonargparse_union_errors_of_choices_read_as_choices_and_the_given_valu
 
 
 def test_jsonargparse_help_writes_types_and_known_subclasses_as_compat_reads_them(capsys):
-    from fedlight.federation.server import ServerRule
+    from fedlight.core.rules import ServerRule
 
     for method in ("_split_lines", "_get_help_string", "_get_type_str"):
         assert callable(getattr(jsonargparse.DefaultHelpFormatter, method, None)), method

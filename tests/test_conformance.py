@@ -24,9 +24,9 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
+from fedlight.core.rules import weighted_mean
 from fedlight.data import FederatedDataModule
-from fedlight.federation.aggregate import weighted_mean
-from fedlight.federation.local import LocalLoop
+from fedlight.federation.local_loop import LocalLoop
 from tests.conftest import tiny_data, tiny_trainer
 from tests.text_fixtures import write_agnews, write_har, write_shakespeare
 
@@ -99,7 +99,7 @@ def assert_resume_is_exact(tmp_path, monkeypatch, make_client, make_data) -> Non
     """Run a: 2 rounds. Run b: 1 round, then resumed from its checkpoint to 2 rounds. Same
     metrics rows, global state and client states."""
     # the figures are not under test here and cost half of a tiny run
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.federation.outputs.writer.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     trainers = {}
     for run, rounds, ckpt_path in (("a", 2, None), ("b", 1, None), ("b", 2, "last")):

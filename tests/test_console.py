@@ -40,4 +40,4 @@ def test_python_dash_m_fedlight_is_the_fedlight_command():
     done = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--model", "FedAvg",
                            "--trainer.rounds", "0"], capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: rounds must be at least 1, got 0"]
+    assert done.stderr.strip().splitlines() == ["error: trainer.rounds must be at least 1, got 0"]

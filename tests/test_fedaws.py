@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedlight.clients.fedaws import FedAwS, SpreadoutMean, spreadout
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

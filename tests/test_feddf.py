@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.clients import FedAvg, FedDF
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.clients.feddyn import FedDyn, FedDynServer
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 
 
 def make(**kwargs):

@@ -7,7 +7,7 @@ import torch
 
 from fedlight.clients import FedAvg
 from fedlight.clients.fednova import FedNova, NormalizedAveraging, step_coefficient_norm
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 from tests.conftest import tiny_data, tiny_trainer
 
 

@@ -19,8 +19,8 @@ pytest.importorskip("flwr")
 import fedlight  # noqa: E402
 from fedlight.cli import FedlightCLI, main  # noqa: E402
 from fedlight.config import read_config  # noqa: E402
-from fedlight.federation import launch  # noqa: E402
-from fedlight.federation.protocol import TrainTask  # noqa: E402
+from fedlight.core.messages import TrainTask  # noqa: E402
+from fedlight.federation.processes import cpus  # noqa: E402
 from fedlight.federation.server.mean import WeightedMean  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
 from fedlight.flower.client import ClientNode  # noqa: E402
@@ -131,7 +131,7 @@ def test_fedper_under_flower_matches_fit_and_keeps_the_head_on_the_client(tmp_pa
     for client_id, private in trainer.client_states.items():
         node = ClientNode(run, client_id, tmp_path / "state" / run_key / f"client-{client_id}")
         node.restore(before=2)
-        stored = node.population.states[client_id]
+        stored = node.runtime.population.states[client_id]
         assert set(stored) == head
         for key in head:
             torch.testing.assert_close(stored[key], private[key], rtol=1e-5, atol=1e-6)
@@ -170,16 +170,13 @@ def test_probes_are_refused_under_flower(tmp_path):
 
 def test_a_flower_app_reads_devices_auto_as_one_process_and_keeps_a_count(tmp_path,
                                                                            monkeypatch):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: 2)
-    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: 0.0)  # both cores idle
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "busy_cores", lambda window=0.25: 0.0)  # both cores idle
     config = str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml")
     assert read_config(config, _tiny(tmp_path)).trainer.fabric.world_size == 2  # fedlight fit
-    load_run.cache_clear()
     assert load_run(config, tuple(_tiny(tmp_path))).trainer.fabric.world_size == 1
-    load_run.cache_clear()
     two = load_run(config, tuple(_tiny(tmp_path, "--trainer.devices", "2")))
     assert two.trainer.fabric.world_size == 2  # the engine refuses it (test below)
-    load_run.cache_clear()
 
 
 def test_a_client_id_outside_the_federation_is_rejected(tmp_path):
@@ -349,10 +346,10 @@ def test_class_counts_leave_a_client_only_when_the_run_shares_them(tmp_path):
 def test_the_flower_client_starts_from_the_rounds_loss_scale(tmp_path):
     run = load_run(str(CONFIGS / FEDAVG), tuple(_tiny(tmp_path, *FOUR)))
     node = ClientNode(run, 0, tmp_path / "client-0")
-    node.grad_scale.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    node.runtime.grad_scale.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     shared = {k: v for k, v in run.model.state_dict().items() if k in run.model.partition.shared}
     result = node.train(TrainTask(0, 0, shared, {}, loss_scale=1024.0))
-    assert node.grad_scale.scaler.get_scale() == 1024.0 and result.loss_scale == 1024.0
+    assert node.runtime.grad_scale.scaler.get_scale() == 1024.0 and result.loss_scale == 1024.0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

@@ -12,8 +12,8 @@ from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader
 
 from fedlight.clients import FedAvg, Phase
-from fedlight.federation.local import LocalLoop, parse_optimizers, reads_stale_gradients
-from fedlight.federation.population import seed_global_rngs
+from fedlight.core.seeding import seed_global_rngs
+from fedlight.federation.local_loop import LocalLoop, parse_optimizers, reads_stale_gradients
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 

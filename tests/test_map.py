@@ -15,9 +15,9 @@ from fedlight.clients.map import (
     mmd_loss,
     restricted_softmax_scales,
 )
+from fedlight.core.messages import TrainTask
+from fedlight.core.seeding import derive_seed
 from fedlight.data.datamodule import iterate_batches
-from fedlight.federation.protocol import TrainTask
-from fedlight.federation.trainer import derive_seed
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -181,7 +181,7 @@ def test_code_schedule_uploads_after_all_epochs_then_personalizes_briefly():
 def test_upload_is_the_phase_one_model_and_the_hpm_the_personalized_one(tmp_path):
     data = tiny_data(partition="pathological")  # 2 of 4 classes per client: RS matters
     trainer = tiny_trainer(tmp_path, local_epochs=2, batch_size=16)
-    trainer._prepare(make_client(schedule="paper"), data)
+    trainer._build(make_client(schedule="paper"), data, None, None, reinit=True)
     shared, message = trainer.server.download(1)
     upload = next(iter(trainer.engine.train([TrainTask(1, 0, shared, message)]))).upload
 

@@ -6,8 +6,8 @@ import torch
 
 from fedlight.clients import GPFL, FedAvg
 from fedlight.data.datamodule import iterate_batches
-from fedlight.federation import FederatedTrainer
 from fedlight.federation.memory_format import resolve_memory_format
+from fedlight.federation.trainer import FederatedTrainer
 from fedlight.models import build_backbone
 from tests.conftest import tiny_data, tiny_trainer
 
@@ -43,8 +43,8 @@ def test_auto_needs_every_backbone_of_a_client_to_ask_for_it():
 
 
 def test_an_unknown_memory_format_is_one_line_naming_the_valid_ones(tmp_path):
-    with pytest.raises(ValueError, match=r"^unknown memory_format 'nhwc'; valid: auto, "
-                                         r"channels_last, contiguous$"):
+    with pytest.raises(ValueError, match=r"^trainer.memory_format: unknown memory_format 'nhwc'; "
+                                         r"valid: auto, channels_last, contiguous$"):
         FederatedTrainer(memory_format="nhwc", default_root_dir=str(tmp_path))
 
 

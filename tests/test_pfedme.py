@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.clients.pfedme import PFedMe
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 from tests.conftest import tiny_data, tiny_trainer
 
 

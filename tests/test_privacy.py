@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from fedlight.cli import main
 from fedlight.clients import FedAvg
 from fedlight.privacy import (
     ClientLevelDP,
@@ -192,13 +191,6 @@ def test_bad_dp_settings_are_refused():
         DLGProbe(options={"iteratons": 10})  # a typo fails before any training
 
 
-def test_the_trainer_names_where_dp_and_dlg_options_moved(tmp_path):
-    with pytest.raises(TypeError, match="DPFedAvg"):
-        tiny_trainer(tmp_path, dp_clip_norm=1.0)
-    with pytest.raises(TypeError, match="DLGProbe"):
-        tiny_trainer(tmp_path, dlg_every=2)
-
-
 def test_dp_round_is_the_clipped_noisy_mean_of_the_updates():
     generator = torch.Generator().manual_seed(0)
     sent = {"w": torch.randn(5, 3, generator=generator), "n": torch.tensor(4)}
@@ -251,20 +243,9 @@ def test_dp_with_sample_weighting_is_refused_by_the_trainer(tmp_path):
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
-def test_cli_names_the_new_form_of_moved_dp_and_dlg_options(tmp_path, capsys):
-    old = tmp_path / "old.yaml"
-    old.write_text("trainer:\n  dlg_every: 5\n")
-    for argv, name in ((["--trainer.dp_clip_norm", "0.3"], "dp_clip_norm"),
-                       (["-c", str(old)], "dlg_every")):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["fit", "-c", str(CONFIGS / "fedavg/mnist5k_dirichlet.yaml"), *argv])
-        assert exit_info.value.code == 2
-        assert f"error: trainer.{name} moved: use " in capsys.readouterr().err
-
-
 def test_the_dlg_probe_gives_the_same_value_with_one_or_two_processes(tmp_path):
     """Client 0 belongs to rank 1 on this split: the probe runs where the client lives."""
-    from fedlight.federation.distributed import balanced_owners
+    from fedlight.federation.processes.collectives import balanced_owners
 
     split = dict(partition="dirichlet", beta=0.5)
     data = tiny_data(**split)

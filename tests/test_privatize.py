@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedlight.analysis.interpolation import grid_values, interpolation_grid
 from fedlight.clients import AutoCS, AutoHS, AutoSA, FedAvg, Local, Privatize
 from fedlight.clients.privatize import (
     all_ways,
@@ -17,7 +18,6 @@ from fedlight.clients.privatize import (
     ssp_way,
 )
 from fedlight.models import BACKBONES, Backbone
-from fedlight.privatize_interpolation import grid_values, interpolation_grid
 from tests.conftest import tiny_data, tiny_trainer
 
 X = torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
@@ -276,8 +276,8 @@ def test_interpolation_refuses_other_models_and_bad_steps(tmp_path):
 
 
 def test_interpolation_cli_reads_a_cli_run_folder(tmp_path, capsys):
+    from fedlight.analysis.interpolation import main as interpolate_main
     from fedlight.cli import main as fedlight_main
-    from fedlight.privatize_interpolation import main as interpolate_main
 
     fedlight_main([
         "fit", "--model", "Privatize", "--model.init_args.way", "AaBb",

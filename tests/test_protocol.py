@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from fedlight.clients import FedAvg
-from fedlight.federation.protocol import ClientFailure, RoundProtocol
-from fedlight.federation.round import LocalEngine
-from fedlight.federation.sampling import drop_clients
+from fedlight.core.messages import ClientFailure
+from fedlight.core.seeding import drop_clients
+from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.protocol import RoundProtocol
 from fedlight.federation.server import FedAdam
 from fedlight.federation.server.mean import WeightedMean
 from tests.conftest import make_client, tiny_data, tiny_trainer

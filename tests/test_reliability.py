@@ -18,7 +18,7 @@ import yaml
 from fedlight.cli import main
 from fedlight.clients import FedAvg
 from fedlight.core import files
-from fedlight.federation.checkpoint import load_checkpoint
+from fedlight.federation.outputs.checkpoints import load_checkpoint
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 ROOT = Path(__file__).resolve().parents[1]

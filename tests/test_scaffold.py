@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fedlight.clients import ClientContext, FedAvg
 from fedlight.clients.scaffold import SCAFFOLD, SCAFFOLDServer
-from fedlight.federation.server import Report, ServerContext, SingleProcess
+from fedlight.core.rules import Report, ServerContext, SingleProcess
 from tests.conftest import tiny_data, tiny_trainer
 
 

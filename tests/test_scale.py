@@ -20,14 +20,15 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins import MixedPrecision
 
 from fedlight.clients import FedAvg
-from fedlight.federation import FederatedTrainer
-from fedlight.federation import launch as launch_module
-from fedlight.federation.aggregate import weighted_mean
-from fedlight.federation.distributed import balanced_owners
-from fedlight.federation.launch import FederatedDDPStrategy, make_fabric, resolve_auto_devices
-from fedlight.federation.sampling import drop_clients
+from fedlight.core.rules import weighted_mean
+from fedlight.core.seeding import drop_clients
+from fedlight.federation.processes import cpus
+from fedlight.federation.processes.collectives import balanced_owners
+from fedlight.federation.processes.cpus import resolve_auto_devices
+from fedlight.federation.processes.fabric import FederatedDDPStrategy, make_fabric
 from fedlight.federation.server import CoordinateMedian, FedAdam
-from fedlight.federation.store import DiskClientStore, MemoryClientStore, make_store
+from fedlight.federation.state.stores import DiskClientStore, MemoryClientStore, make_store
+from fedlight.federation.trainer import FederatedTrainer
 from tests.conftest import tiny_data, tiny_trainer
 
 TWO = {"devices": 2, "strategy": "ddp_fork"}
@@ -188,9 +189,9 @@ def test_the_multi_process_strategy_never_wraps_the_module_in_ddp():
 ])
 def test_devices_auto_on_cpu_is_one_process_per_idle_core(monkeypatch, cores, busy, strategy,
                                                           platform, expected):
-    monkeypatch.setattr(launch_module, "cpu_cores", lambda: cores)
-    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: busy)
-    monkeypatch.setattr(launch_module.sys, "platform", platform)
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: cores)
+    monkeypatch.setattr(cpus, "busy_cores", lambda window=0.25: busy)
+    monkeypatch.setattr(cpus.sys, "platform", platform)
     assert resolve_auto_devices("cpu", strategy) == expected
     fabric = make_fabric("cpu", "auto", 1, "32-true", strategy)
     assert fabric.world_size == expected[0]
@@ -198,16 +199,16 @@ def test_devices_auto_on_cpu_is_one_process_per_idle_core(monkeypatch, cores, bu
 
 
 def test_the_default_is_devices_auto_and_uses_the_idle_cores(monkeypatch, tmp_path):
-    monkeypatch.setattr(launch_module, "cpu_cores", lambda: 2)
-    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: 0.1)
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "busy_cores", lambda window=0.25: 0.1)
     trainer = tiny_trainer(tmp_path)
     assert trainer.devices == "auto" and trainer.fabric.world_size == 2
     assert tiny_trainer(tmp_path, devices=1).fabric.world_size == 1
 
 
 def test_devices_auto_run_equals_one_process(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch_module, "cpu_cores", lambda: 2)
-    monkeypatch.setattr(launch_module, "busy_cores", lambda window=0.25: 0.0)
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "busy_cores", lambda window=0.25: 0.0)
     auto = tiny_trainer(tmp_path, rounds=2, run_name="auto", threads=1, devices="auto")
     assert auto.fabric.world_size == 2
     one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1, devices=1)

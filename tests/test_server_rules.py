@@ -10,6 +10,8 @@ import torch
 
 from fedlight.clients import FedAvg
 from fedlight.clients.fedproto import PrototypeMean
+from fedlight.core.rules import Report, ServerContext, SingleProcess
+from fedlight.federation.build import resolve_rule
 from fedlight.federation.server import (
     CoordinateMedian,
     DPFedAvg,
@@ -18,12 +20,8 @@ from fedlight.federation.server import (
     FedAvgM,
     FedYogi,
     Krum,
-    Report,
-    ServerContext,
-    SingleProcess,
     TrimmedMean,
     WeightedMean,
-    resolve_rule,
 )
 from tests.conftest import make_client, tiny_data, tiny_trainer
 

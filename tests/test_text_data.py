@@ -291,7 +291,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_a_resumed_run_refuses_a_changed_vocabulary(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.federation.outputs.writer.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     args = ["fit", "-c", str(CONFIGS / "gpfl/paper/agnews_fasttext_dirichlet.yaml"),
             "--data.download", "false", "--data.num_clients", "3", "--data.min_client_size", "2",
@@ -310,7 +310,7 @@ def test_a_resumed_run_refuses_a_changed_vocabulary(tmp_path, monkeypatch, capsy
 
 def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
     pytest.importorskip("flwr")
-    monkeypatch.setattr("fedlight.federation.run.plot_curves", lambda *args: None)
+    monkeypatch.setattr("fedlight.federation.outputs.writer.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     from fedlight.cli import FedlightCLI
     from fedlight.flower import build_client_app

@@ -7,10 +7,10 @@ import torch
 from conftest import make_client, tiny_data, tiny_trainer
 
 from fedlight.clients import CLIENTS, FedAvg
-from fedlight.federation import launch
-from fedlight.federation import precision as precision_module
-from fedlight.federation.launch import apply_threads, check_threads
-from fedlight.federation.launch import busy_cores as measured_busy_cores  # conftest fakes it
+from fedlight.federation.options import check_threads
+from fedlight.federation.processes import cpus as sensing
+from fedlight.federation.processes.cpus import apply_threads
+from fedlight.federation.processes.cpus import busy_cores as measured_busy_cores
 
 
 @pytest.fixture(autouse=True)
@@ -52,17 +52,17 @@ def test_bad_threads_raise_naming_the_value(tmp_path, bad):
 @pytest.mark.parametrize("cores, busy, expected", [
     (2, 0.1, 2), (2, 0.9, 1), (2, 1.6, 0), (8, 2.2, 6), (4, 9.0, 0)])
 def test_idle_cores_are_the_cores_not_busy_now(monkeypatch, cores, busy, expected):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: cores)
-    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: busy)
-    monkeypatch.setattr(launch.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # not read
-    assert launch.idle_cores() == expected
+    monkeypatch.setattr(sensing, "cpu_cores", lambda: cores)
+    monkeypatch.setattr(sensing, "busy_cores", lambda window=0.25: busy)
+    monkeypatch.setattr(sensing.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # not read
+    assert sensing.idle_cores() == expected
 
 
 def test_idle_cores_fall_back_to_the_load_average_without_proc_stat(monkeypatch):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
-    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: None)
-    monkeypatch.setattr(launch.os, "getloadavg", lambda: (2.8, 0.0, 0.0))
-    assert launch.idle_cores() == 1
+    monkeypatch.setattr(sensing, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(sensing, "busy_cores", lambda window=0.25: None)
+    monkeypatch.setattr(sensing.os, "getloadavg", lambda: (2.8, 0.0, 0.0))
+    assert sensing.idle_cores() == 1
 
 
 def stat_line(user: int, idle: int) -> str:
@@ -76,25 +76,25 @@ def test_busy_cores_are_the_busy_share_of_proc_stat_over_the_window(
         monkeypatch, tmp_path, user_delta, idle_delta, cpus, expected):
     stat = tmp_path / "stat"
     stat.write_text(stat_line(1000, 5000))
-    monkeypatch.setattr(launch, "PROC_STAT", stat)
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(sensing, "PROC_STAT", stat)
+    monkeypatch.setattr(sensing.os, "cpu_count", lambda: cpus)
     # the counters move while busy_cores waits
-    monkeypatch.setattr(launch.time, "sleep", lambda seconds: stat.write_text(
+    monkeypatch.setattr(sensing.time, "sleep", lambda seconds: stat.write_text(
         stat_line(1000 + user_delta, 5000 + idle_delta)))
     assert measured_busy_cores() == pytest.approx(expected)
 
 
 def test_busy_cores_is_none_without_proc_stat(monkeypatch, tmp_path):
-    monkeypatch.setattr(launch, "PROC_STAT", tmp_path / "missing")
-    monkeypatch.setattr(launch.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(sensing, "PROC_STAT", tmp_path / "missing")
+    monkeypatch.setattr(sensing.time, "sleep", lambda seconds: None)
     assert measured_busy_cores() is None
 
 
 def test_busy_cores_reads_this_machine():
-    if not launch.PROC_STAT.exists():
+    if not sensing.PROC_STAT.exists():
         pytest.skip("no /proc/stat on this platform")
     busy = measured_busy_cores(window=0.05)
-    assert busy is not None and 0 <= busy <= (launch.os.cpu_count() or 1) + 1e-9
+    assert busy is not None and 0 <= busy <= (sensing.os.cpu_count() or 1) + 1e-9
 
 
 @pytest.mark.parametrize("devices, world_size, device, noted", [
@@ -102,8 +102,8 @@ def test_busy_cores_reads_this_machine():
     (1, 1, "cpu", False), (2, 2, "cpu", False), ("auto", 1, "cuda", False)])
 def test_an_auto_cpu_run_that_found_busy_cores_says_so_in_one_line(monkeypatch, devices,
                                                                    world_size, device, noted):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
-    note = launch.devices_note(devices, world_size, torch.device(device))
+    monkeypatch.setattr(sensing, "cpu_cores", lambda: 4)
+    note = sensing.devices_note(devices, world_size, torch.device(device))
     assert (note is not None) == noted
     if noted:
         assert "\n" not in note and "4-core CPU" in note and "busy" in note
@@ -111,8 +111,8 @@ def test_an_auto_cpu_run_that_found_busy_cores_says_so_in_one_line(monkeypatch, 
 
 
 def test_the_note_is_printed_with_the_partition_table(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(launch, "cpu_cores", lambda: 4)
-    monkeypatch.setattr(launch, "busy_cores", lambda window=0.25: 3.2)  # one idle core
+    monkeypatch.setattr(sensing, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(sensing, "busy_cores", lambda window=0.25: 3.2)  # one idle core
     trainer = tiny_trainer(tmp_path, rounds=1)
     assert trainer.fabric.world_size == 1
     trainer.fit(make_client(FedAvg), tiny_data())
@@ -127,10 +127,10 @@ def test_bf16_on_a_cpu_without_native_bfloat16_gets_a_one_line_hint(monkeypatch,
                                                                      precision, hinted):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"flags\t: {flags}\n")
-    real_path = precision_module.Path
-    monkeypatch.setattr(precision_module, "Path",
+    real_path = sensing.Path
+    monkeypatch.setattr(sensing, "Path",
                         lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
-    hint = precision_module.precision_hint(precision, torch.device("cpu"))
+    hint = sensing.precision_hint(precision, torch.device("cpu"))
     assert (hint is not None) == hinted
     if hinted:
         assert "\n" not in hint and "bf16-mixed" in hint and "32-true" in hint

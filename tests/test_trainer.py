@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.clients import FedAvg, FederatedClient, Local
+from fedlight.core.seeding import derive_seed, sample_clients
 from fedlight.data.datamodule import iterate_batches
-from fedlight.federation.trainer import derive_seed, sample_clients
 from tests.conftest import tiny_data, tiny_trainer
 
 

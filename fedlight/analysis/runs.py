@@ -30,14 +30,15 @@ from torch import Tensor
 from fedlight.clients import CLIENTS
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.messages import TrainTask
+from fedlight.core.rules import WeightedSum, aggregation_weight
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.errors import did_you_mean
-from fedlight.federation.aggregate import WeightedSum, aggregation_weight
-from fedlight.federation.checkpoint import NAMED, load_checkpoint
-from fedlight.federation.distributed import Distributed
-from fedlight.federation.local import LocalLoop
+from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.outputs.checkpoints import NAMED, load_checkpoint
 from fedlight.federation.population import Population
-from fedlight.federation.sampling import derive_seed
+from fedlight.federation.processes.collectives import Distributed
+from fedlight.federation.runtime import ClientRuntime
 
 #: What a run folder holds that every analysis needs.
 RUN_FILES = ("config.yaml", "partition.json")
@@ -122,11 +123,11 @@ class FinishedRun:
                          config.get("gradient_clip_val"),
                          config.get("gradient_clip_algorithm", "norm"),
                          config.get("optimizer_state", "fresh"))
+        runtime = ClientRuntime(population.dist.fabric, self.model, population, loop,
+                                int(config["seed"]), int(config["local_epochs"]))
         server = self.checkpoint["server"]
-        seed = derive_seed(int(config["seed"]), self.rounds_done, client_id)
-        result = population.train(self.model, loop, client_id, self.rounds_done,
-                                  server["global_state"], dict(server["message"]), seed,
-                                  int(config["local_epochs"]))
+        result = runtime.train(TrainTask(client_id, self.rounds_done, server["global_state"],
+                                         dict(server["message"])))
         return self.model.eval(), result.upload.state
 
     def weighted_mean(self, uploads: Mapping[int, Mapping[str, Tensor]]) -> dict[str, Tensor]:

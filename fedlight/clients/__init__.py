@@ -8,7 +8,8 @@ exported here, so a new method is one new file: no registry to edit. Short names
 import importlib
 import pkgutil
 
-from fedlight.clients.base import ClientContext, FederatedClient, Phase, Upload
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import ClientContext, Phase, Upload
 
 
 def _discover() -> dict[str, type[FederatedClient]]:

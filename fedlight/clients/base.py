@@ -3,7 +3,7 @@
 A client declares, by state-dict name patterns (shell-style globs such as ``"model.head.*"``),
 which of its parameters *and buffers* are shared (aggregated by the server) and which are
 private (kept by the client between rounds). The orchestrator
-(:class:`fedlight.federation.FederatedTrainer`) drives the optional federation hooks:
+(:class:`fedlight.federation.trainer.FederatedTrainer`) drives the optional federation hooks:
 
 * :meth:`FederatedClient.on_round_start` receives the server's message;
 * :meth:`FederatedClient.local_phases` gives the local schedule as :class:`Phase` objects;
@@ -23,8 +23,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import inspect
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
@@ -32,108 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedlight.core.client import ClientContext, Partition, Phase, Upload, resolve_partition
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import ServerRule
+from fedlight.core.rules import ServerRule
 from fedlight.federation.server.mean import WeightedMean
 from fedlight.models import BACKBONES, build_backbone
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One stage of a client's local schedule.
-
-    Args:
-        name: read by ``training_step`` through ``self.phase``.
-        epochs: passes over the client's training data in this phase.
-        trainable: glob patterns of the parameter names that train in this phase; ``None``
-            trains every parameter. The others keep ``requires_grad=False`` for the phase.
-        upload_after: snapshot the upload when this phase ends. When no phase asks for it,
-            the upload is taken after the last phase.
-        lr_scale: multiplies every learning rate of the optimizer built for this phase.
-        max_steps: end the phase after this many optimizer steps (``None``: ``epochs`` full
-            passes), e.g. Per-FedAvg's one adaptation step.
-    """
-
-    name: str = "train"
-    epochs: int = 1
-    trainable: tuple[str, ...] | None = None
-    upload_after: bool = False
-    lr_scale: float = 1.0
-    max_steps: int | None = None
-
-
-@dataclass
-class ClientContext:
-    """What the orchestrator tells a client about itself before it trains."""
-
-    client_id: int
-    round: int
-    rounds: int
-    join_ratio: float
-    class_counts: Tensor  # (num_classes,) label counts of the client's training split
-    participations: int = 0  # rounds this client has trained in, this one excluded
-    train_data: tuple[Tensor, Tensor] | None = None  # (x, y) on the device, for hooks that
-    # need the data outside training_step (e.g. re-estimating BatchNorm statistics)
-    batch_size: int = 10
-
-    @property
-    def num_train_samples(self) -> int:
-        return int(self.class_counts.sum())
-
-
-@dataclass
-class Upload:
-    """What leaves a client after local training.
-
-    ``state`` is the shared partition (name -> tensor), ``weight`` the aggregation weight under
-    ``weighting: samples`` (the number of training samples), ``payload`` anything else the
-    method's server rule reduces (for example per-class prototypes).
-    """
-
-    state: dict[str, Tensor]
-    weight: float
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Partition:
-    """State-dict keys split into shared and private; disjoint and covering by construction."""
-
-    shared: tuple[str, ...]
-    private: tuple[str, ...]
-
-
-def match_keys(keys: Iterable[str], patterns: Sequence[str]) -> list[str]:
-    """Return the keys that match at least one glob pattern, in key order."""
-    return [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
-
-
-def resolve_partition(
-    keys: Sequence[str], shared: Sequence[str], private: Sequence[str], owner: str = "client"
-) -> Partition:
-    """Split state-dict ``keys`` by glob patterns; private patterns win over shared ones.
-
-    Raises ``ValueError`` when a pattern matches no key (it is then almost surely a typo) or
-    when a key is matched by neither list (it would silently never be aggregated nor kept).
-    """
-    for pattern in [*shared, *private]:
-        if not match_keys(keys, [pattern]):
-            preview = ", ".join(list(keys)[:8]) + (", ..." if len(keys) > 8 else "")
-            raise ConfigError(
-                f"{owner}: partition pattern {pattern!r} matches no parameter or buffer; "
-                f"state-dict keys are: {preview}"
-            )
-    private_keys = match_keys(keys, private)
-    private_set = set(private_keys)
-    shared_keys = [k for k in match_keys(keys, shared) if k not in private_set]
-    uncovered = [k for k in keys if k not in private_set and k not in set(shared_keys)]
-    if uncovered:
-        raise ConfigError(
-            f"{owner}: keys {uncovered[:5]} are neither shared nor private; add a pattern for them"
-        )
-    return Partition(shared=tuple(shared_keys), private=tuple(private_keys))
 
 
 class FederatedClient(L.LightningModule):

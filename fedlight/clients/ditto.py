@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 
 GLOBAL = "model.*"

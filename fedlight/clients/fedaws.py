@@ -19,7 +19,7 @@ import torch
 
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import ServerContext, State
+from fedlight.core.rules import ServerContext, State
 from fedlight.federation.server.mean import WeightedMean
 
 HEAD_WEIGHT = "model.head.weight"

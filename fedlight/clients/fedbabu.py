@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 
 BODY = "model.encoder.*"

@@ -35,9 +35,8 @@ from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
-from fedlight.federation.aggregate import WeightedSum
-from fedlight.federation.sampling import derive_seed
-from fedlight.federation.server.base import Collectives, Report, ServerContext, State
+from fedlight.core.rules import Collectives, Report, ServerContext, State, WeightedSum
+from fedlight.core.seeding import derive_seed
 from fedlight.federation.server.mean import WeightedMean
 
 _DISTILL_STREAM = 0xFEDDF  # keeps the server's draws apart from every client's (seed, round, id)

@@ -23,7 +23,7 @@ from torch import Tensor
 from fedlight.clients._common import parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import State
+from fedlight.core.rules import State
 from fedlight.federation.server.mean import WeightedMean
 
 

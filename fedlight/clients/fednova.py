@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from fedlight.clients._common import StepCounter
-from fedlight.clients.base import FederatedClient, Upload
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
-from fedlight.federation.aggregate import WeightedSum
-from fedlight.federation.server.base import Collectives, Report, State
+from fedlight.core.rules import Collectives, Report, State, WeightedSum
 from fedlight.federation.server.mean import WeightedMean
 
 

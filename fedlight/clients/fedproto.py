@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedlight.clients.base import FederatedClient, Upload
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import Collectives, Report
+from fedlight.core.rules import Collectives, Report
 from fedlight.federation.server.mean import WeightedMean
 
 PREDICT_BY = ("head", "prototype")

@@ -30,7 +30,8 @@ from fedlight.clients._restricted import RestrictedSoftmax
 from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives there now
     restricted_softmax_scales as restricted_softmax_scales,
 )
-from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import iterate_batches
 

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call
 
-from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 
 VARIANTS = ("fo", "hf")

@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients._common import StepCounter, parameter_mirror, received_parameters
-from fedlight.clients.base import FederatedClient, Upload
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
-from fedlight.federation.aggregate import WeightedSum
-from fedlight.federation.server.base import Collectives, Report
+from fedlight.core.rules import Collectives, Report, WeightedSum
 from fedlight.federation.server.fedopt import FedAvgM
 
 OPTIONS = ("I", "II")

@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import multiprocessing
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -35,6 +34,8 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.files import atomic_write
+from fedlight.core.host import cpu_cores
 from fedlight.data import files
 from fedlight.data.sources import _STD_FLOOR, SourceData, SourceRequest
 
@@ -167,8 +168,6 @@ def _stack(images: list[np.ndarray], paths: Sequence[str], layout: str) -> np.nd
 
 
 def _decode_all(paths: list[str], image_size: int | None, layout: str) -> np.ndarray:
-    from fedlight.federation.launch import cpu_cores
-
     workers = min(cpu_cores(), max(1, len(paths) // _FILES_PER_TASK))
     if len(paths) < _POOL_FROM or workers == 1:
         return _stack(_decode_chunk(paths, image_size, layout), paths, layout)
@@ -260,19 +259,13 @@ def cached(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, n
 
 
 def _write_cache(target: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write `arrays` to `target` through a temporary file (skipped if it cannot be made)."""
+    """Write `arrays` to `target` atomically (skipped where the folder cannot be written)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".partial")
     except OSError:
         return
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez(stream, **arrays)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    if os.access(target.parent, os.W_OK):
+        atomic_write(target, lambda stream: np.savez(stream, **arrays))
 
 
 def download_archive(url: str, root: Path, source: str, layout: str) -> None:

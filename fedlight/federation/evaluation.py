@@ -1,16 +1,14 @@
-"""Scoring clients and the global model, and reducing per-client results to a round's metrics.
+"""Scoring models on test sets, and reducing per-client scores to a round's metrics.
 
 Personalized accuracy: each client's model (its shared state as the server would send it, its
-private state) on its local test split, pooled and spread across clients. Global accuracy: the
-global model on the global test set, where the method has one. A client may fine-tune before it
-is scored (:meth:`~fedlight.clients.FederatedClient.evaluation_phases`, e.g. Per-FedAvg's
-adaptation step); the fine-tuned weights are scored and thrown away, never stored.
+private state) on its local test split, scored by the client runtime (runtime.py), pooled and
+spread across clients here. Global accuracy: the global model on the global test set, where the
+method has one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,47 +18,10 @@ from torch import Tensor
 from torchmetrics.functional.classification import binary_auroc, multiclass_stat_scores
 
 from fedlight.clients.base import FederatedClient
-from fedlight.data.datamodule import iterate_batches
-from fedlight.federation.distributed import Distributed
-from fedlight.federation.local import LocalLoop
+from fedlight.core.messages import Score, macro_f1
+from fedlight.core.rules import ServerRule
 from fedlight.federation.population import Population
-from fedlight.federation.sampling import derive_seed
-from fedlight.federation.server.base import ServerRule
-
-_EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from training
-
-
-@dataclass
-class Score:
-    """One model on one test set: correct predictions, samples, summed cross-entropy, the
-    per-class true positives, false positives and false negatives (torchmetrics' stat scores)
-    and the micro-averaged one-vs-rest ROC AUC (PFLlib's AUC)."""
-
-    correct: float = 0.0
-    total: int = 0
-    loss_sum: float = 0.0
-    class_counts: list[tuple[int, int, int]] = field(default_factory=list)
-    auc: float = float("nan")
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.total if self.total else float("nan")
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / self.total if self.total else float("nan")
-
-    @property
-    def macro_f1(self) -> float:
-        return macro_f1(self.class_counts)
-
-
-def macro_f1(class_counts: Sequence[tuple[int, int, int]]) -> float:
-    """Mean over classes of F1 = 2 tp / (2 tp + fp + fn), over the classes that occur in the
-    labels or the predictions (as torchmetrics' and scikit-learn's macro average)."""
-    scores = [2 * tp / (2 * tp + fp + fn) for tp, fp, fn in class_counts if tp + fp + fn]
-    return sum(scores) / len(scores) if scores else float("nan")
-
+from fedlight.federation.processes.collectives import Distributed
 
 Outputs = Mapping[str, Tensor]
 
@@ -166,80 +127,45 @@ def summarize_clients(scores: Mapping[int, Mapping[str, Score]]) -> dict[str, fl
 
 
 class Evaluator:
-    """Scores the clients this process owns and (on rank 0) the global model.
+    """Scores the global model (its share of the batches on each process) and pools every
+    client's scores into a round's metrics.
 
     Args:
         fabric: the run's Fabric (autocast for scoring).
         dist: this process's place in the run.
-        population: the clients' data and states.
-        loop: the local loop (runs a client's ``evaluation_phases``).
+        population: the clients this process holds (the global model is scored with their
+            initial private state).
         global_test: ``(x, y)`` of the global test set on the device.
         batch_size: evaluation batch size.
-        seed: the run's seed (fine-tuning batches are drawn from ``(seed, round, client)``).
     """
 
     def __init__(self, fabric: Fabric, dist: Distributed, population: Population,
-                 loop: LocalLoop, global_test: tuple[Tensor, Tensor], batch_size: int,
-                 seed: int) -> None:
-        self.fabric, self.dist, self.population, self.loop = fabric, dist, population, loop
+                 global_test: tuple[Tensor, Tensor], batch_size: int) -> None:
+        self.fabric, self.dist, self.population = fabric, dist, population
         self.global_test = global_test
         self.batch_size = batch_size
-        self.seed = seed
         self.last_client_scores: dict[int, dict[str, Score]] = {}
 
-    def score_client(self, client: FederatedClient, client_id: int, round_idx: int,
-                     shared: Mapping[str, Tensor] | None = None) -> dict[str, Score]:
-        """Score ``client_id`` (loaded from ``shared`` + its private state, or as the module
-        holds it now when ``shared`` is None), after its evaluation phases if it has any."""
-        if shared is not None:
-            self.population.load(client, client_id, round_idx, shared)
-        phases = client.evaluation_phases()
-        if phases:
-            self._fine_tune(client, client_id, round_idx, phases)
-        client.eval()
-        x, y = self.population.test_data[client_id]
-        val_x, val_y = self.population.val_data[client_id]
-        with self.fabric.autocast():
-            scores = score_outputs(client.eval_outputs, x, y, self.batch_size)
-            if len(val_y):  # data.val_fraction > 0: the same model on the validation split
-                scores.update({f"val_{name}": score for name, score in score_outputs(
-                    client.eval_outputs, val_x, val_y, self.batch_size).items()})
-        return scores
-
-    def _fine_tune(self, client: FederatedClient, client_id: int, round_idx: int,
-                   phases: list[Any]) -> None:
-        generator = torch.Generator().manual_seed(
-            derive_seed(self.seed, round_idx, client_id, _EVAL_STREAM))
-        data = self.population.train_data[client_id]
-        client.train()
-        for phase in phases:
-            self.loop.run_phase(client, phase, lambda: iterate_batches(
-                *data, self.loop.batch_size, generator))
-        client.pop_federated_logs()  # fine-tuning losses are not the round's training losses
-
-    def evaluate(self, client: FederatedClient, server: ServerRule, round_idx: int,
-                 after_training: Mapping[int, dict[str, Score]] | None) -> dict[str, Any]:
-        """Global accuracy and personalized accuracy with its spread across clients; clients
-        already scored after their local training are taken from ``after_training``."""
+    def evaluate(self, client: FederatedClient, rule: ServerRule, round_idx: int,
+                 client_scores: Mapping[int, dict[str, Score]]) -> dict[str, Any]:
+        """Global accuracy and personalized accuracy with its spread across clients, from the
+        scores of the clients this process served (``client_scores``, gathered here)."""
         metrics: dict[str, Any] = {"global_accuracy": None, "global_loss": None,
                                    "global_macro_f1": None, "global_auc": None}
         if client.has_global_model:
-            score = self._score_global_model(client, server)
+            score = self._score_global_model(client, rule)
             metrics.update(global_accuracy=score.accuracy, global_loss=score.loss,
                            global_macro_f1=score.macro_f1, global_auc=score.auc)
-        if after_training is None:  # each process scores the clients it owns
-            after_training = {i: self.score_client(client, i, round_idx, server.download(i)[0])
-                              for i in self.dist.owned(range(self.population.num_clients))}
-        scores = self.dist.gather_by_client(after_training)  # ordered by client id
+        scores = self.dist.gather_by_client(client_scores)  # ordered by client id
         self.last_client_scores = scores
         metrics.update(summarize_clients(scores))
         return metrics
 
-    def _score_global_model(self, client: FederatedClient, server: ServerRule) -> Score:
+    def _score_global_model(self, client: FederatedClient, rule: ServerRule) -> Score:
         """The global model on the global test set, each process computing its share of the
         batches (:meth:`Distributed.share`) and every process scoring them all, gathered in
         order: the same score as one process, in 1 / world size of the time."""
-        client.load_state_dict({**server.global_state, **self.population.initial_private})
+        client.load_state_dict({**rule.global_state, **self.population.initial_private})
         client.eval()
         x, y = self.global_test
         mine = self.dist.share(batch_count(len(y), self.batch_size))
@@ -254,3 +180,7 @@ class Evaluator:
         return [{"client": i, "test_samples": s["personalized"].total,
                  "personalized_accuracy": s["personalized"].accuracy}
                 for i, s in sorted(self.last_client_scores.items()) if "personalized" in s]
+
+
+__all__ = ["Evaluator", "batch_count", "batch_outputs", "score_batches", "score_outputs",
+           "summarize_clients"]

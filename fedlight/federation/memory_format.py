@@ -21,10 +21,10 @@ MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 
 
 def check_memory_format(value: str) -> str:
-    """Return ``value`` when it is one of :data:`MEMORY_FORMATS`, else raise ``ValueError``."""
+    """Return ``value`` when it is one of :data:`MEMORY_FORMATS`, else raise ConfigError."""
     if value not in MEMORY_FORMATS:
-        raise ConfigError(f"trainer.memory_format: unknown memory format {value!r}; valid: "
-                         f"{', '.join(MEMORY_FORMATS)}")
+        raise ConfigError(f"trainer.memory_format: unknown memory_format {value!r}; valid: "
+                          f"{', '.join(MEMORY_FORMATS)}")
     return value
 
 

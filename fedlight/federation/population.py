@@ -10,28 +10,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedlight.clients.base import ClientContext, FederatedClient
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import ClientContext
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.distributed import Distributed
-from fedlight.federation.local import LocalLoop, LocalResult
 from fedlight.federation.memory_format import on_device
-from fedlight.federation.store import ClientStore, make_store
+from fedlight.federation.processes.collectives import Distributed
+from fedlight.federation.state.stores import ClientStore, make_store
 
 Batch = tuple[Tensor, Tensor]
-
-
-def seed_global_rngs(seed: int, device: torch.device) -> None:
-    """Seed the global generators a client's training on ``device`` draws from (the CPU one,
-    and the accelerator's): the same streams as ``torch.manual_seed(seed)`` there.
-
-    Why not torch.manual_seed: on a machine where CUDA (or another accelerator backend) is
-    present but not initialized, every call also queues a lazy seeding call per backend with
-    a captured stack trace, ~1 ms per call: a measurable share of a small client's round."""
-    torch.default_generator.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.manual_seed_all(seed)
-    elif device.type != "cpu":
-        torch.manual_seed(seed)
 
 
 class Population:
@@ -106,20 +92,24 @@ class Population:
         if optimizer_states:
             self.optimizer_states[client_id] = optimizer_states
 
-    def train(self, client: FederatedClient, loop: LocalLoop, client_id: int, round_idx: int,
-              shared: Mapping[str, Tensor], message: dict[str, Any], seed: int,
-              local_epochs: int) -> LocalResult:
-        """One client's round, as every engine runs it (the simulator, a Flower SuperNode):
-        seed the global RNG and the batch order with seed, load the client, run its local
-        phases with loop, call on_round_end, keep its private and optimizer state."""
-        seed_global_rngs(seed, self.dist.device)
-        self.start_training(client, client_id, round_idx, shared, message)
-        phases = client.local_phases(local_epochs)
-        result = loop.fit(client, self.train_data[client_id], torch.Generator().manual_seed(seed),
-                          phases, self.optimizer_states.get(client_id))
-        client.on_round_end()
-        self.finish_training(client, client_id, result.optimizer_states)
-        return result
+    # ----------------------------------------------------------------- one client's state
+    def snapshot(self, client_id: int) -> dict[str, Any]:
+        """What client ``client_id`` carries to its next round (a Flower node's file)."""
+        return {"private": self.states[client_id],
+                "optimizer": self.optimizer_states.get(client_id),
+                "participations": self.participations[client_id]}
+
+    def restore_client(self, client_id: int, snapshot: Mapping[str, Any] | None) -> None:
+        """Put back a :meth:`snapshot` (None: the client as before its first round)."""
+        self.states.pop(client_id, None)
+        self.optimizer_states.pop(client_id, None)
+        self.participations[client_id] = 0
+        if snapshot is None:
+            return
+        self.states[client_id] = snapshot["private"]
+        if snapshot["optimizer"]:
+            self.optimizer_states[client_id] = snapshot["optimizer"]
+        self.participations[client_id] = snapshot["participations"]
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint(self) -> dict[str, Any]:
@@ -135,9 +125,8 @@ class Population:
         """Load this process's clients from a checkpoint (already cut to the owned clients)."""
         self.initial_private = checkpoint["initial_private"]
         self.states.load(checkpoint["client_states"])
-        self.optimizer_states = {int(k): v for k, v in
-                                 (checkpoint.get("optimizer_states") or {}).items()}
+        self.optimizer_states = {int(k): v for k, v in checkpoint["optimizer_states"].items()}
         self.participations = list(checkpoint["participations"])
 
 
-__all__ = ["Population", "seed_global_rngs"]
+__all__ = ["Population"]

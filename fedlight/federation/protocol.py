@@ -1,13 +1,13 @@
 """The round protocol: the server side of every federated run, simulated or deployed.
 
-Each round RoundProtocol samples the participants and those that will drop (sampling.py),
-asks the server rule what each participant downloads, hands these tasks to a ClientEngine
-(the engine that carries out the clients' work: LocalEngine trains them in this process,
-fedlight.flower's engine sends them to Flower SuperNodes), folds every result into the rule
-with its aggregation weight, ends the round across processes, decides whether the round is
-evaluated, pools the clients' scores with the global model's and returns the round's row.
-FederatedTrainer drives it round after round and owns the run folder and its checkpoints, so
-every engine writes the same rows, names and checkpoints.
+Each round RoundProtocol samples the participants and those that will drop
+(fedlight.core.seeding), asks the server rule what each participant downloads, hands these
+tasks to a ClientEngine (the engine that carries out the clients' work: engines/local.py
+trains them in this process, fedlight.flower's engine sends them to Flower SuperNodes), folds
+every result into the rule with its aggregation weight, ends the round across processes,
+decides whether the round is evaluated, pools the clients' scores with the global model's and
+returns the round's row. FederatedTrainer drives it round after round and owns the run folder
+and its checkpoints, so every engine writes the same rows, names and checkpoints.
 
 What counts as a dropped client: a participant drawn by trainer.drop_rate (it trains, its
 result is discarded), and a participant whose engine reports a ClientFailure (a SuperNode that
@@ -19,105 +19,21 @@ kept once a round is written).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-from lightning.fabric import Fabric
 from torch import Tensor
 
-from fedlight.clients.base import FederatedClient, Upload
-from fedlight.federation.aggregate import aggregation_weight, state_bytes
-from fedlight.federation.distributed import Distributed
-from fedlight.federation.evaluation import Evaluator, Score
-from fedlight.federation.sampling import drop_clients, sample_clients
-from fedlight.federation.server import Report, ServerRule
-
-State = dict[str, Tensor]
-
-
-@dataclass
-class TrainTask:
-    """What the server sends one participant of a round.
-
-    shared and message are the rule's download for the client; score asks for the client's
-    scores right after local training (evaluated rounds of methods evaluated that way);
-    loss_scale is the fp16 loss scale every client of the round starts from (None without
-    one); keep_from is the first round a resume could restart at (the last checkpointed
-    round), so an engine that stores client states elsewhere knows which versions it may drop.
-    """
-
-    client_id: int
-    round_idx: int
-    shared: State
-    message: dict[str, Any]
-    score: bool = False
-    loss_scale: float | None = None
-    keep_from: int = 0
-
-
-@dataclass
-class ClientResult:
-    """What comes back from one participant: its upload (what the method sends), the sum of its
-    training losses and its step count, the values it logged, its scores when the task asked
-    for them, and its fp16 loss scale after training (None without one)."""
-
-    client_id: int
-    upload: Upload
-    loss_sum: float | Tensor
-    steps: int
-    logs: Mapping[str, float | Tensor] = field(default_factory=dict)
-    scores: dict[str, Score] = field(default_factory=dict)
-    loss_scale: float | None = None
-
-
-@dataclass
-class ClientFailure:
-    """A participant whose work did not come back (counted as dropped)."""
-
-    client_id: int
-    reason: str
-
-
-class ClientEngine(Protocol):
-    """How a run's clients are carried out.
-
-    holds_clients: whether this process holds the clients' data and private states (the
-    simulator) or they live elsewhere (SuperNodes); the trainer checkpoints them only then,
-    and only then does a first SIGINT / SIGTERM let the round in progress finish (a
-    deployment's stop request also closes its transport, so such a run stops at once and
-    resumes from its last checkpoint).
-    """
-
-    holds_clients: bool
-
-    def train(self, tasks: Sequence[TrainTask]) -> Iterable[ClientResult | ClientFailure]:
-        """Carry out the tasks; yield one result or failure per task, in the tasks' order."""
-
-    def evaluate(self, round_idx: int,
-                 downloads: Mapping[int, State]) -> dict[int, dict[str, Score]]:
-        """Each reachable client's scores of the model it gets from downloads (its shared
-        state) on its local test split; clients that could not be reached are left out."""
-
-    def attach(self, trainer: Any) -> None:
-        """Called when a run starts: raise ValueError (one line) for a trainer option this
-        engine cannot honour, and keep what the engine needs of the trainer."""
-
-
-class OwnedClients(Distributed):
-    """A process that owns exactly the given client ids (a SuperNode owns one, the server of a
-    Flower run none); fedlight's Population and Evaluator then load and score only those."""
-
-    def __init__(self, fabric: Fabric, clients: Iterable[int]) -> None:
-        super().__init__(fabric)
-        self.clients = frozenset(int(c) for c in clients)
-
-    def owns(self, client_id: int) -> bool:
-        return client_id in self.clients
+from fedlight.clients.base import FederatedClient
+from fedlight.core.messages import ClientEngine, ClientFailure, Score, TrainTask, state_bytes
+from fedlight.core.rules import Report, ServerRule, aggregation_weight
+from fedlight.core.seeding import drop_clients, sample_clients
+from fedlight.federation.evaluation import Evaluator
+from fedlight.federation.processes.collectives import Distributed
 
 
 class RoundGradScale:
@@ -249,14 +165,6 @@ class RoundProtocol:
         return self.evaluator.evaluate(self.client, self.rule, round_idx, after_training)
 
 
-def private_scores(scores: Mapping[str, Score], share_class_counts: bool) -> dict[str, Score]:
-    """scores as they may leave a client: without the per-class counts (which give away the
-    client's test label histogram) unless the run shares them (trainer.share_class_counts)."""
-    if share_class_counts:
-        return dict(scores)
-    return {name: dataclasses.replace(score, class_counts=[]) for name, score in scores.items()}
-
-
 def round_stats(stats: Mapping[int, Mapping[str, Any]], device: torch.device) -> dict[str, Any]:
     """Train loss, bytes, dropped count and logged values of a round, accumulated in client-id
     order (so the figures do not depend on which process or engine trained which client).
@@ -282,5 +190,4 @@ def round_stats(stats: Mapping[int, Mapping[str, Any]], device: torch.device) ->
     return row
 
 
-__all__ = ["ClientEngine", "ClientFailure", "ClientResult", "OwnedClients", "RoundGradScale",
-           "RoundPlan", "RoundProtocol", "TrainTask", "private_scores", "round_stats"]
+__all__ = ["RoundGradScale", "RoundPlan", "RoundProtocol", "round_stats"]

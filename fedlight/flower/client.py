@@ -2,26 +2,25 @@
 
 A SuperNode serves the client id of its node config (partition-id, as Flower's simulation
 engine sets it and as a deployment passes it with flower-supernode --node-config
-"partition-id=3"). A train message carries a TrainTask; the node trains it with the
-simulator's own train_client (same seed per (seed, round, client), same hooks, same upload) and
-replies with exactly the ClientResult: the upload, the training statistics, the logged values,
-and the scores when the task asks for them (methods evaluated right after local training).
+"partition-id=3"). A train message carries a TrainTask; the node hands it to fedlight's client
+runtime (fedlight.federation.runtime: the same seed per (seed, round, client), hooks, upload
+and scores as the simulator) and replies with exactly the ClientResult.
 
 The private partition (and, with optimizer_state: persist, the optimizer state) never leaves
-the node: after each round it is written to
-<state-dir>/<run folder name>/client-<id>/round-<r>.pt and read back before the next message,
-so a restarted SuperNode keeps its personalization. Each round's state is its own file, so a
-run resumed from an earlier checkpoint restarts every client from its state as of that round;
-files no resume can need any more are deleted. The state folder is the node config's
-state-dir, else the run config's, else ~/.fedlight/flower.
+the node: after each round it is written to <state-dir>/<run folder name>/client-<id>/ by
+fedlight.federation.state.node_files and read back before the next message, so a restarted
+SuperNode keeps its personalization. The state folder is the node config's state-dir, else
+the run config's, else ~/.fedlight/flower.
+
+The ClientApp parses its config itself (it shares no object with the ServerApp, even in one
+process) and keeps the nodes of one run at a time: a message of another run or config
+replaces them.
 """
 
 from __future__ import annotations
 
-import os
-import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -29,154 +28,104 @@ from flwr.clientapp import ClientApp
 
 from fedlight.config import RunConfig
 from fedlight.core.errors import ConfigError
-from fedlight.federation.evaluation import Evaluator, Score
-from fedlight.federation.local import LocalLoop
-from fedlight.federation.memory_format import apply_memory_format
+from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.population import Population
-from fedlight.federation.precision import ClientGradScale
-from fedlight.federation.protocol import ClientResult, OwnedClients, TrainTask, private_scores
-from fedlight.federation.round import train_client
-from fedlight.federation.sampling import derive_seed
-from fedlight.federation.setup import prepare_run
-from fedlight.flower.codec import (
-    decode_task,
-    encode_result,
-    get_state,
-    pack_scores,
-)
+from fedlight.federation.processes.collectives import OwnedClients
+from fedlight.federation.runtime import ClientRuntime, place_client, prepare_client
+from fedlight.federation.state.node_files import NodeStateFiles
+from fedlight.flower.codec import decode_task, encode_result, get_state, pack_scores
 from fedlight.flower.settings import app_settings, load_from
 
 DEFAULT_STATE_DIR = "~/.fedlight/flower"
-_ROUND_FILE = re.compile(r"round-(\d+)\.pt")
-
-_NODES: dict[tuple[Any, ...], ClientNode] = {}  # the nodes this process serves
-# id(run) -> the model's initial private state and the memory format of its image batches
-_PREPARED: dict[int, tuple[dict[str, torch.Tensor], torch.memory_format]] = {}
 
 
-def prepared(run: RunConfig) -> tuple[dict[str, torch.Tensor], torch.memory_format]:
-    """Prepare run's model and data as fit does before round 1 (once per process); returns the
-    model's initial private state and the memory format its image batches must have."""
-    if id(run) not in _PREPARED:
-        model, trainer = run.model, run.trainer
-        prepare_run(model, run.datamodule, trainer.seed, trainer.reinitialize, trainer.threads,
-                    trainer.fabric.device)
-        trainer.fabric.setup_module(model)
-        memory_format = apply_memory_format(model, trainer.memory_format, trainer.fabric.device)
-        model.capture_logs(True)
-        _PREPARED[id(run)] = model.client_state(), memory_format
-    return _PREPARED[id(run)]
+@dataclass
+class PreparedModule:
+    """A run's client module as every node of a process starts from it: its private state
+    right after preparation and the memory format of its image batches."""
+
+    initial_private: dict[str, torch.Tensor]
+    memory_format: torch.memory_format
+
+
+def prepare_module(run: RunConfig) -> PreparedModule:
+    """Prepare run's client module as fit does before round 1 (client runtime's steps)."""
+    trainer = run.trainer
+    prepare_client(run.model, run.datamodule, trainer.seed, trainer.reinitialize,
+                   trainer.threads, trainer.fabric.device)
+    memory_format = place_client(run.model, trainer.fabric, trainer.memory_format)
+    return PreparedModule(run.model.client_state(), memory_format)
 
 
 class ClientNode:
-    """Client client_id of run, with its data, its private states on disk, and the local loop.
+    """Client client_id of run: its client runtime and its state files.
 
     Args:
         run: the parsed config (model, data, trainer options).
         client_id: the fedlight client this node plays.
         folder: the folder of this client's private states (created when missing).
+        prepared: the run's module as prepared for this process (default: prepared now).
     """
 
-    def __init__(self, run: RunConfig, client_id: int, folder: str | Path) -> None:
+    def __init__(self, run: RunConfig, client_id: int, folder: str | Path,
+                 prepared: PreparedModule | None = None) -> None:
         num_clients = run.datamodule.num_clients
         if not 0 <= client_id < num_clients:
             raise ConfigError(f"client id {client_id} is outside 0..{num_clients - 1} (the "
-                             "config's data.num_clients)")
-        initial_private, memory_format = prepared(run)
+                              "config's data.num_clients)")
+        prepared = prepared or prepare_module(run)
         trainer = run.trainer
-        self.run, self.client_id = run, client_id
-        self.folder = Path(folder).expanduser()
-        dist = OwnedClients(trainer.fabric, [client_id])
-        self.population = Population(
-            run.datamodule, dist, initial_private, "memory", self.folder, trainer.rounds,
-            trainer.join_ratio, trainer.batch_size, memory_format)
-        self.loop = LocalLoop(trainer.fabric, trainer.batch_size, **trainer.local_options)
-        self.evaluator = Evaluator(trainer.fabric, dist, self.population, self.loop, (),
-                                   trainer.eval_batch_size, trainer.seed)
-        self.grad_scale = ClientGradScale(trainer.fabric)
+        population = Population(
+            run.datamodule, OwnedClients(trainer.fabric, [client_id]), prepared.initial_private,
+            "memory", None, trainer.rounds, trainer.join_ratio, trainer.batch_size,
+            prepared.memory_format)
+        self.runtime = ClientRuntime(
+            trainer.fabric, run.model, population,
+            LocalLoop(trainer.fabric, trainer.batch_size, **trainer.local_options),
+            trainer.seed, trainer.local_epochs, trainer.eval_batch_size,
+            trainer.share_class_counts)
+        self.client_id = client_id
+        self.files = NodeStateFiles(folder)
 
-    # ----------------------------------------------------------------- the two tasks
     def train(self, task: TrainTask) -> ClientResult:
         """One round of local training from the client's state before task's round."""
         self.restore(before=task.round_idx)
-        trainer = self.run.trainer
-        result = train_client(self.run.model, self.population, self.loop, self.evaluator,
-                              self.grad_scale, task,
-                              derive_seed(trainer.seed, task.round_idx, self.client_id),
-                              trainer.local_epochs, trainer.share_class_counts)
-        self.save(task.round_idx, task.keep_from)
+        result = self.runtime.train(task)
+        self.files.save(task.round_idx, task.keep_from,
+                        self.runtime.population.snapshot(self.client_id))
         return result
 
     def evaluate(self, round_idx: int, shared: dict[str, torch.Tensor]) -> dict[str, Score]:
         """Scores of this client's model (shared from the server, private from disk as of
         round_idx) on its local test split, after its evaluation phases if it has any."""
         self.restore(before=round_idx + 1)
-        scores = self.evaluator.score_client(self.run.model, self.client_id, round_idx, shared)
-        return private_scores(scores, self.run.trainer.share_class_counts)
-
-    # ----------------------------------------------------------------- the disk
-    def rounds_saved(self) -> list[int]:
-        """The rounds whose state this node holds, oldest first."""
-        if not self.folder.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in self.folder.iterdir()
-                      if (m := _ROUND_FILE.fullmatch(p.name)))
-
-    def save(self, round_idx: int, keep_from: int) -> None:
-        """Write the state after round_idx (atomically), then delete the states no resume from
-        round keep_from or later can need."""
-        population, client_id = self.population, self.client_id
-        self.folder.mkdir(parents=True, exist_ok=True)
-        file = self.folder / f"round-{round_idx}.pt"
-        partial = file.with_suffix(".partial")
-        torch.save({"private": population.states[client_id],
-                    "optimizer": population.optimizer_states.get(client_id),
-                    "participations": population.participations[client_id]}, partial)
-        os.replace(partial, file)
-        saved = self.rounds_saved()
-        needed = max((r for r in saved if r < keep_from), default=None)
-        for old in saved:
-            if needed is not None and old < needed:
-                (self.folder / f"round-{old}.pt").unlink(missing_ok=True)
+        return self.runtime.score(self.client_id, round_idx, shared)
 
     def restore(self, before: int) -> None:
-        """Load the newest state written for a round before before (the initial state when
-        there is none)."""
-        population, client_id = self.population, self.client_id
-        population.states.pop(client_id, None)
-        population.optimizer_states.pop(client_id, None)
-        population.participations[client_id] = 0
-        rounds = [r for r in self.rounds_saved() if r < before]
-        if not rounds:
-            return
-        file = self.folder / f"round-{rounds[-1]}.pt"
-        saved = torch.load(file, map_location="cpu", weights_only=False)  # our own file
-        if set(saved["private"]) != set(self.population.initial_private):
-            raise ConfigError(f"{file} holds the private state of another model (keys "
-                             f"{sorted(saved['private'])[:3]}...); give this run its own state-dir")
-        population.states[client_id] = saved["private"]
-        if saved["optimizer"]:
-            population.optimizer_states[client_id] = saved["optimizer"]
-        population.participations[client_id] = saved["participations"]
+        """The client as it was before round ``before`` (its newest state file)."""
+        population = self.runtime.population
+        population.restore_client(self.client_id,
+                                  self.files.load(before, population.initial_private))
 
 
 def client_id_of(context: Context) -> int:
     """The fedlight client id a SuperNode plays: its node config's partition-id."""
     if "partition-id" not in context.node_config:
         raise ConfigError("the SuperNode has no partition-id in its node config; start it with "
-                         "--node-config \"partition-id=<fedlight client id>\"")
+                          "--node-config \"partition-id=<fedlight client id>\"")
     return int(context.node_config["partition-id"])
 
 
-def node_of(context: Context, settings: dict[str, Any], run_key: str) -> ClientNode:
-    """The ClientNode of this SuperNode in fedlight run run_key (built once per process)."""
-    client_id = client_id_of(context)
-    root = context.node_config.get("state-dir") or settings.get("state-dir") or DEFAULT_STATE_DIR
-    folder = Path(str(root)).expanduser() / run_key / f"client-{client_id}"
-    key = (str(settings.get("config")), str(settings.get("overrides")), client_id, str(folder))
-    if key not in _NODES:
-        _NODES[key] = ClientNode(load_from(settings), client_id, folder)
-    return _NODES[key]
+@dataclass
+class ServedRun:
+    """The one run a ClientApp serves at a time: its settings and run key, the config parsed
+    for it, the module prepared once, and the nodes built so far (by client id)."""
+
+    key: tuple[str, ...]
+    run: RunConfig
+    prepared: PreparedModule
+    nodes: dict[int, ClientNode] = field(default_factory=dict)
 
 
 def build_client_app(config: str | None = None, overrides: str | list[str] | None = None,
@@ -187,15 +136,28 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
     from Flower's run config (config, overrides, state-dir).
     """
     app = ClientApp()
+    served: list[ServedRun] = []  # the run of the last message (replaced by another run's)
 
     def node_for(context: Context, task: ConfigRecord) -> ClientNode:
-        node = node_of(context, app_settings(context.run_config, config=config,
-                                             overrides=overrides, state_dir=state_dir),
-                       str(task["run"]))
-        if int(task["client-id"]) != node.client_id:
+        settings = app_settings(context.run_config, config=config, overrides=overrides,
+                                state_dir=state_dir)
+        run_key = str(task["run"])
+        key = (str(settings.get("config")), str(settings.get("overrides")), run_key)
+        if not served or served[0].key != key:
+            run = load_from(settings)
+            served[:] = [ServedRun(key, run, prepare_module(run))]
+        client_id = client_id_of(context)
+        if int(task["client-id"]) != client_id:
             raise ConfigError(f"a message for client {task['client-id']} reached the SuperNode "
-                             f"of client {node.client_id}")
-        return node
+                              f"of client {client_id}")
+        current = served[0]
+        if client_id not in current.nodes:
+            root = (context.node_config.get("state-dir") or settings.get("state-dir")
+                    or DEFAULT_STATE_DIR)
+            folder = Path(str(root)).expanduser() / run_key / f"client-{client_id}"
+            current.nodes[client_id] = ClientNode(current.run, client_id, folder,
+                                                  current.prepared)
+        return current.nodes[client_id]
 
     @app.query()
     def query(message: Message, context: Context) -> Message:
@@ -221,4 +183,4 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
     return app
 
 
-__all__ = ["ClientNode", "build_client_app", "client_id_of", "node_of", "prepared"]
+__all__ = ["ClientNode", "PreparedModule", "build_client_app", "client_id_of", "prepare_module"]

@@ -21,10 +21,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
-from fedlight.clients.base import Upload
-from fedlight.federation.evaluation import Score
-from fedlight.federation.protocol import ClientResult, TrainTask
-from fedlight.federation.server.base import move
+from fedlight.core.client import Upload
+from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.core.rules import move
 
 
 def put_state(content: RecordDict, name: str, state: Mapping[str, Tensor]) -> None:

@@ -22,8 +22,7 @@ from flwr.serverapp import Grid
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError
-from fedlight.federation.evaluation import Score
-from fedlight.federation.protocol import ClientFailure, ClientResult, TrainTask
+from fedlight.core.messages import ClientFailure, ClientResult, EngineHost, Score, TrainTask
 from fedlight.flower.codec import decode_result, encode_evaluation, encode_task, unpack_scores
 
 NAME = "flower"
@@ -57,19 +56,19 @@ class FlowerEngine:
         self.discovery_timeout, self.round_timeout = discovery_timeout, round_timeout
         self.nodes: dict[int, int] = {}  # fedlight client id -> Flower node id
         self.asked: set[int] = set()  # node ids already asked which client they play
-        self.trainer: Any = None
+        self.host: EngineHost | None = None
 
     # ----------------------------------------------------------------- set-up
-    def attach(self, trainer: Any) -> None:
+    def attach(self, host: EngineHost) -> None:
         """Refuse what a Flower run cannot do, then find every client's SuperNode."""
-        if trainer.probes:
+        if host.probes:
             raise ConfigError("trainer.probes are not supported under Flower (a probe needs the "
                              "whole population in one process); valid: none")
-        if trainer.fabric.world_size != 1:
-            raise ConfigError(f"trainer.devices x num_nodes = {trainer.fabric.world_size} "
+        if host.world_size != 1:
+            raise ConfigError(f"trainer.devices x num_nodes = {host.world_size} "
                              "processes is not supported under Flower; valid: 1 (start more "
                              "SuperNodes)")
-        self.trainer = trainer
+        self.host = host
         self.discover()
 
     def discover(self) -> None:
@@ -117,7 +116,9 @@ class FlowerEngine:
     @property
     def run_key(self) -> str:
         """The fedlight run the SuperNodes keep private states for: the run folder's name."""
-        return self.trainer.run_dir.name
+        run_dir = None if self.host is None else self.host.run_dir
+        assert run_dir is not None, "the run folder is known once the run has opened it"
+        return run_dir.name
 
     # ----------------------------------------------------------------- a round
     def exchange(self, contents: Mapping[int, RecordDict],

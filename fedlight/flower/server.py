@@ -24,7 +24,7 @@ from flwr.serverapp import Grid, ServerApp
 from torch import Tensor
 
 from fedlight.config import RunConfig
-from fedlight.federation.server import ServerRule
+from fedlight.core.rules import ServerRule
 from fedlight.flower.engine import FlowerEngine
 from fedlight.flower.settings import app_settings, load_from
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from fedlight.config import RunConfig, read_config
-from fedlight.core.errors import ConfigError
+from fedlight.core.errors import ConfigError, MissingFileError
 
 
 def find_config(path: str) -> Path:
@@ -23,7 +22,8 @@ def find_config(path: str) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    raise ConfigError(f"fedlight config {path!r} not found in the working folder or the app's")
+    raise MissingFileError(f"fedlight config {path!r} not found in the working folder or the "
+                           "app's")
 
 
 def app_settings(run_config: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
@@ -47,11 +47,9 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> tupl
     return tuple(shlex.split(overrides) if isinstance(overrides, str) else overrides)
 
 
-@lru_cache(maxsize=4)
 def load_run(config: str, overrides: tuple[str, ...] = ()) -> RunConfig:
-    """Parse config (a fedlight YAML) plus overrides as fedlight fit does. Cached per process:
-    a Flower process serving several messages (or several clients of a simulation) parses the
-    config once."""
+    """Parse config (a fedlight YAML) plus overrides as fedlight fit does (a new run each
+    call: the ServerApp and the ClientApp never share a model or a trainer)."""
     return read_config(find_config(config), overrides, one_process=True)
 
 

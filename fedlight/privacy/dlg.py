@@ -48,11 +48,12 @@ import torch.nn.functional as F
 from lightning.fabric import Fabric
 from torch import Tensor, nn
 
-from fedlight.clients.base import FederatedClient, Phase
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
-from fedlight.federation.local import LocalLoop, only_trainable
+from fedlight.core.seeding import derive_seed
+from fedlight.federation.local_loop import LocalLoop, only_trainable
 from fedlight.federation.probes import Probe
-from fedlight.federation.sampling import derive_seed
 
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("lbfgs", "adam")

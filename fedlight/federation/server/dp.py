@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import (
+from fedlight.core.rules import (
     Collectives,
     Report,
     ServerContext,

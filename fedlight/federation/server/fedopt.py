@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import State
+from fedlight.core.rules import State
 from fedlight.federation.server.mean import WeightedMean
 
 

@@ -7,8 +7,7 @@ w_k the client's sample count (or 1 under trainer.weighting: uniform).
 
 from __future__ import annotations
 
-from fedlight.federation.aggregate import WeightedSum
-from fedlight.federation.server.base import Collectives, Report, ServerRule, State
+from fedlight.core.rules import Collectives, Report, ServerRule, State, WeightedSum
 
 
 class WeightedMean(ServerRule):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.base import Collectives, Report, ServerRule, State
+from fedlight.core.rules import Collectives, Report, ServerRule, State
 
 
 class GatheringRule(ServerRule):

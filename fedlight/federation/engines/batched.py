@@ -11,7 +11,7 @@ element by element with hyper-parameters shared by the clients, so one optimizer
 stacked tensors updates each row exactly as the client's own optimizer would.
 
 Each client keeps its own batches: the same shuffled order drawn from the same seed as the
-loop (``iterate_batches``), its own number of steps (a client whose data is used up stops: its
+loop (``ClientRuntime.batches``), its own number of steps (a client whose data is used up stops: its
 rows are kept from then on) and its own last, smaller batch (padded, the padding weighted 0 in
 the mean). So the result equals the loop's to float tolerance (the per-sample losses are
 summed in another order), not bit for bit, and it does not depend on K.
@@ -33,7 +33,7 @@ into grouped ones, which oneDNN runs slower than K separate ones), so it is mean
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -41,9 +41,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from fedlight.clients.base import FederatedClient, Phase, Upload
-from fedlight.data.datamodule import iterate_batches
-from fedlight.federation.local import (
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase, upload_phase
+from fedlight.core.messages import ClientResult, TrainTask
+from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.local_loop import (
     LocalLoop,
     check_phases,
     non_finite_loss,
@@ -52,10 +54,7 @@ from fedlight.federation.local import (
     parse_optimizers,
     scale_lr,
 )
-from fedlight.federation.population import seed_global_rngs
-from fedlight.federation.protocol import ClientResult, TrainTask
-from fedlight.federation.round import LocalEngine, task_scores
-from fedlight.federation.sampling import derive_seed
+from fedlight.federation.runtime import ClientRuntime
 
 Batch = tuple[Tensor, Tensor]
 Rows = dict[str, Tensor]
@@ -112,16 +111,15 @@ class PreparedClient:
     steps: int = 0
 
 
-def phase_batches(data: Batch, phase: Phase, batch_size: int,
-                  generator: torch.Generator) -> list[Batch]:
-    """The batches one phase of the loop trains on, drawn from ``generator`` as the loop draws
-    them (a permutation per epoch started, none after ``max_steps``)."""
+def phase_batches(epoch_batches: Callable[[], Iterable[Batch]], phase: Phase) -> list[Batch]:
+    """The batches one phase of the loop trains on, one epoch after another of
+    ``epoch_batches()`` as the loop draws them (none after ``max_steps``)."""
     budget = phase.max_steps if phase.max_steps is not None else float("inf")
     batches: list[Batch] = []
     for _ in range(phase.epochs):
         if len(batches) >= budget:
             break
-        for batch in iterate_batches(*data, batch_size, generator):
+        for batch in epoch_batches():
             if len(batches) >= budget:
                 break
             batches.append(batch)
@@ -143,62 +141,52 @@ def stack_batches(batches: Sequence[Batch], batch_size: int) -> tuple[Tensor, Te
 
 
 class BatchedEngine(LocalEngine):
-    """LocalEngine training up to ``group_size`` participants at once (module docstring).
+    """LocalEngine training up to ``group_size`` participants at once (module docstring):
+    each participant is started, drawn and finished by the client runtime, as in the loop;
+    only the local steps in between are one computation for the group.
 
     Args:
+        runtime: the client runtime of this process.
         group_size: clients per batched computation (K).
-        *args, **kwargs: LocalEngine's.
     """
 
-    def __init__(self, *args: object, group_size: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, runtime: ClientRuntime, group_size: int) -> None:
+        super().__init__(runtime)
         self.group_size = group_size
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult]:
         """Train the tasks group by group, yielding results in task order."""
+        runtime = self.runtime
         for start in range(0, len(tasks), self.group_size):
             group = [self.prepare(task) for task in tasks[start:start + self.group_size]]
             for phases in unique(p.phases for p in group):
-                train_stacked(self.client, self.loop, [p for p in group if p.phases == phases],
-                              self.population.batch_size)
+                train_stacked(runtime.client, runtime.loop,
+                              [p for p in group if p.phases == phases], runtime.loop.batch_size)
             for prepared in group:
                 yield self.finish(prepared)
 
     def prepare(self, task: TrainTask) -> PreparedClient:
-        """Load a participant as the loop would (seeds, download, private state, train mode)
-        and draw its batches."""
-        seed = derive_seed(self.seed, task.round_idx, task.client_id)
-        self.grad_scale.start(task.loss_scale)
-        seed_global_rngs(seed, self.loop.fabric.device)
-        self.population.start_training(self.client, task.client_id, task.round_idx,
-                                       task.shared, task.message)
-        phases = self.client.local_phases(self.local_epochs)
-        check_phases(self.client, phases)
-        generator = torch.Generator().manual_seed(seed)
-        data = self.population.train_data[task.client_id]
-        batches = [phase_batches(data, phase, self.population.batch_size, generator)
+        """Start a participant through the runtime and draw its batches."""
+        runtime = self.runtime
+        generator = runtime.start(task)
+        phases = runtime.phases()
+        check_phases(runtime.client, phases)
+        batches = [phase_batches(lambda: runtime.batches(task.client_id, generator), phase)
                    for phase in phases]
-        start = {n: p.detach().clone() for n, p in self.client.named_parameters()}
+        start = {n: p.detach().clone() for n, p in runtime.client.named_parameters()}
         return PreparedClient(task, start, phases, batches)
 
     def finish(self, prepared: PreparedClient) -> ClientResult:
-        """Load a trained participant into the live module and end its round as the loop does:
-        its upload (after the phase that asks for it, else the last), on_round_end, its kept
-        state, its scores where the task asks."""
-        task, client = prepared.task, self.client
-        self.population.load(client, task.client_id, task.round_idx, task.shared)
-        upload_phase = next((i for i, p in enumerate(prepared.phases) if p.upload_after),
-                            len(prepared.phases) - 1)
-        load_rows(client, prepared.rows[upload_phase])
-        upload: Upload = client.upload()
+        """Load a trained participant into the live module, take its upload after the phase
+        that asks for it, and end its round through the runtime."""
+        task, runtime = prepared.task, self.runtime
+        client = runtime.client
+        runtime.population.load(client, task.client_id, task.round_idx, task.shared)
+        load_rows(client, prepared.rows[upload_phase(prepared.phases)])
+        upload = client.upload()
         load_rows(client, prepared.rows[-1])
-        client.on_round_end()
-        self.population.finish_training(client, task.client_id, {})
-        client.pop_federated_logs()
-        logs = ({"train_loss": prepared.loss_sum / prepared.steps} if prepared.steps else {})
-        scores = task_scores(self.evaluator, client, task, self.share_class_counts)
-        return ClientResult(task.client_id, upload, prepared.loss_sum, prepared.steps, logs,
-                            scores, self.grad_scale.end())
+        logs = {"train_loss": prepared.loss_sum / prepared.steps} if prepared.steps else {}
+        return runtime.finish(task, upload, prepared.loss_sum, prepared.steps, {}, logs)
 
 
 def unique(items: Iterator[list[Phase]]) -> list[list[Phase]]:

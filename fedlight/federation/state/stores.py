@@ -1,4 +1,4 @@
-"""Where the orchestrator keeps each client's private state between rounds.
+"""Where a process keeps its clients' private states between rounds: memory or disk.
 
 A store maps a client id to that client's private partition (``{state-dict key: tensor}``) and
 behaves like a ``dict`` (``store[i]``, ``store.get(i, default)``, ``items()``, ``len``,

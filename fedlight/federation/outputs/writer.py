@@ -4,17 +4,17 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 
 from __future__ import annotations
 
-import inspect
-import json
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedlight.federation.checkpoint import LAST, find_checkpoint, save_checkpoint
-from fedlight.federation.distributed import Distributed, SilentRunFolder
-from fedlight.federation.outputs import RunFolder, plot_curves, summarize
-from fedlight.federation.progress import RoundProgress, final_table
+from fedlight import __version__
+from fedlight.federation.outputs.checkpoints import LAST, find_checkpoint, save_checkpoint
+from fedlight.federation.outputs.folder import RunFolder, SilentRunFolder
+from fedlight.federation.outputs.progress import RoundProgress, final_table
+from fedlight.federation.outputs.summary import plot_curves, summarize
+from fedlight.federation.processes.collectives import Distributed
 
 
 class RunWriter:
@@ -117,9 +117,9 @@ class RunWriter:
         folder.write_json("summary.json", summary)
         folder.write_json("per_client.json", per_client)
         plot_curves(history, folder.path / "accuracy.png", folder.path.name)
-        folder.log_images({"accuracy": folder.path / "accuracy.png",
+        folder.loggers.log_images({"accuracy": folder.path / "accuracy.png",
                            "partition": folder.path / "partition.png"})
-        folder.log_table("per_client_accuracy", per_client)
+        folder.loggers.log_table("per_client_accuracy", per_client)
         if self.verbose:
             print(final_table(summary))
         return summary
@@ -161,56 +161,17 @@ class RunWriter:
                                if isinstance(v, float) and k.endswith("accuracy")}))
 
 
-#: The engine of fedlight fit (clients trained in the trainer's processes).
-SIMULATOR = "simulator"
+def write_header(folder: RunFolder, config: str, datamodule: Any, notes: list[str],
+                 verbose: bool) -> None:
+    """A new run folder's first files: config.yaml (headed by the fedlight that wrote it, a
+    YAML comment: the file still runs as ``fedlight fit -c <run>/config.yaml``) and the
+    partition files; ``verbose`` prints the partition table and the notes."""
+    folder.write_text("config.yaml", f"# fedlight=={__version__}\n{config}")
+    datamodule.save_partition(folder.path)
+    if verbose:
+        print(datamodule.stats_table())
+        for note in notes:
+            print(note)
 
 
-def default_run_name(client: Any, datamodule: Any, seed: int, engine: str = SIMULATOR) -> str:
-    """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
-    for runs whose clients are not simulated (e.g. -flower)."""
-    name = f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
-    return name if engine == SIMULATOR else f"{name}-{engine}"
-
-
-def describe_run(client: Any, datamodule: Any, server: Any, trainer: Mapping[str, Any],
-                 engine: str = SIMULATOR) -> dict[str, Any]:
-    """The hyper-parameters logged with a run (and written as config.yaml from Python), with
-    the engine named for runs whose clients are not simulated."""
-    vocabulary = getattr(datamodule, "vocabulary_record", lambda: None)()
-    described = {"method": type(client).__name__, "server": type(server).__name__,
-                 "server_options": rule_options(server), "model": dict(client.hparams),
-                 "data": dict(datamodule.hparams), "trainer": dict(trainer),
-                 **({"vocabulary": vocabulary} if vocabulary else {})}
-    return described if engine == SIMULATOR else {"engine": engine, **described}
-
-
-def rule_options(rule: Any) -> dict[str, Any]:
-    """A server rule's constructor arguments, as far as the rule (or one of its parts, such as
-    a DP mechanism) keeps them under their own name; a wrapped rule is described in turn."""
-    from fedlight.federation.server.base import ServerRule
-
-    parts = [rule, *(v for v in vars(rule).values()
-                     if hasattr(v, "__dict__") and not isinstance(v, ServerRule))]
-    options: dict[str, Any] = {}
-    for name in list(inspect.signature(type(rule).__init__).parameters)[1:]:
-        for part in parts:
-            value = vars(part).get(name)
-            if isinstance(value, ServerRule):
-                options[name] = {"class": type(value).__name__, **rule_options(value)}
-            elif isinstance(value, (bool, int, float, str)):
-                options[name] = value
-            else:
-                continue
-            break
-    return options
-
-
-def to_yaml(obj: Mapping[str, Any]) -> str:
-    """A plain YAML dump (tuples and paths become lists and strings)."""
-    import yaml
-
-    text: str = yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
-    return text
-
-
-__all__ = ["SIMULATOR", "RunWriter", "default_run_name", "describe_run", "to_yaml"]
+__all__ = ["RunWriter", "write_header"]

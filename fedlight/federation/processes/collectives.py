@@ -1,21 +1,5 @@
-"""Several processes (and nodes) for one federated run, on Lightning Fabric only.
-
-``FederatedTrainer(devices=k, num_nodes=m)`` runs ``k x m`` processes. Fabric does all the
-launching and transport: its DDP strategy starts the processes (``strategy: ddp`` re-runs the
-command per rank, which is what ``fedlight fit ... --trainer.devices 2`` does; ``ddp_spawn`` /
-``ddp_fork`` start them from Python; under ``torchrun`` or SLURM the processes already exist),
-creates the process group (gloo on CPU, NCCL on GPU), and its ``all_reduce`` / ``broadcast``
-(plus ``torch.distributed``'s object collectives on Fabric's process group) move the data.
-
-**No DistributedDataParallel.** The ranks train *different* clients at the same time, so the
-module must not be wrapped in ``DistributedDataParallel``: DDP would all-reduce the gradients
-of unrelated clients at every backward and broadcast its buffers (BatchNorm statistics) from
-rank 0 at every forward (``fabric.no_backward_sync`` only stops the first). Fabric builds the
-wrapper in ``Strategy.setup_module``, the documented hook of a strategy, so
-:class:`FederatedDDPStrategy` is Fabric's ``DDPStrategy`` with that one method returning the
-module unchanged. Everything else is Fabric's: launcher, cluster environments, process group,
-device placement, the precision plugin (``fabric.setup_module`` still converts and moves the
-module and returns a ``_FabricModule``), ``setup_optimizers`` and ``backward``.
+"""This process's place in a multi-process run and the collectives of a round (on Fabric's
+process group; see fabric.py for how the processes start).
 
 **Who trains what.** Each client belongs to one rank (:meth:`Distributed.owner`) for the whole
 run: that rank trains it whenever it is sampled, keeps its private state in its own store, holds
@@ -30,7 +14,7 @@ Dirichlet(0.1) split the busier of 2 ranks holds 1.007x the mean instead of 1.05
 of (global state, its private state, ``(seed, round, client)``), so it does not matter which
 rank runs it. After local training:
 
-* the weighted sums of the shared states (:class:`~fedlight.federation.aggregate.WeightedSum`,
+* the weighted sums of the shared states (:class:`~fedlight.core.rules.WeightedSum`,
   float64, or the DP accumulator) are summed across ranks with ``fabric.all_reduce`` (sum) and
   divided once: the only place where the order of additions differs from a 1-process run
   (``(a + c) + (b + d)`` against ``((a + b) + c) + d`` in float64, then cast to the
@@ -49,9 +33,9 @@ kernels themselves round differently; over 2 rounds of all 19 methods the larges
 difference of any logged number was 2e-7 and every accuracy was identical.
 
 Rank 0 writes the run folder (metrics, plots, checkpoints); the other ranks write nothing
-(:class:`SilentRunFolder`). Checkpoints gather every rank's client states to rank 0 and hold
-the same ``{client: state}`` dict as a 1-process run; resuming scatters them to their owners
-under the new world size, so a run resumes with any number of processes.
+(outputs/folder.py's ``SilentRunFolder``). Checkpoints gather every rank's client states to
+rank 0 and hold the same ``{client: state}`` dict as a 1-process run; resuming scatters them
+to their owners under the new world size, so a run resumes with any number of processes.
 """
 
 from __future__ import annotations
@@ -64,8 +48,7 @@ import torch
 from lightning.fabric import Fabric
 from torch import Tensor
 
-from fedlight.federation.outputs import RunFolder
-from fedlight.federation.server.base import move as _move
+from fedlight.core.rules import move
 
 #: Checkpoint entries keyed by client id, scattered to the clients' owners on resume.
 PER_CLIENT_KEYS = ("client_states", "optimizer_states")
@@ -115,8 +98,8 @@ class Distributed:
         """Rank 0's ``obj`` on every rank (tensors moved to ``device`` when given)."""
         if not self.active:
             return obj
-        obj = self.fabric.broadcast(_move(obj, torch.device("cpu")), src=0)
-        return obj if device is None else _move(obj, device)
+        obj = self.fabric.broadcast(move(obj, torch.device("cpu")), src=0)
+        return obj if device is None else move(obj, device)
 
     def gather_by_client(self, items: Mapping[int, Any]) -> dict[int, Any]:
         """Every rank's ``{client: value}`` merged and ordered by client id, on every rank
@@ -124,11 +107,11 @@ class Distributed:
         if not self.active:
             return dict(sorted(items.items()))
         parts: list[Any] = [None] * self.world_size
-        torch.distributed.all_gather_object(parts, _move(dict(items), torch.device("cpu")))
+        torch.distributed.all_gather_object(parts, move(dict(items), torch.device("cpu")))
         merged: dict[int, Any] = {}
         for part in parts:
             merged.update(part)
-        ordered: dict[int, Any] = _move(dict(sorted(merged.items())), self.device)
+        ordered: dict[int, Any] = move(dict(sorted(merged.items())), self.device)
         return ordered
 
     # ----------------------------------------------------------------- numbers
@@ -241,39 +224,12 @@ class Distributed:
         payload = self.from_writer(load_common_part)
         shards: list[Any] | None = None
         if self.is_writer:
-            shards = [{key: {c: s for c, s in (loaded.get(key) or {}).items()
+            shards = [{key: {c: s for c, s in loaded[key].items()
                              if self.owner(int(c)) == r} for key in PER_CLIENT_KEYS}
                       for r in range(self.world_size)]
         mine: list[Any] = [None]
         torch.distributed.scatter_object_list(mine, shards, src=0)
         return {**payload, **mine[0]}
-
-
-class SilentRunFolder(RunFolder):
-    """The run folder as seen by ranks other than 0: it knows its path and writes nothing."""
-
-    def create(self) -> None: ...
-
-    def remove(self) -> None: ...
-
-    def open_loggers(self, hyperparameters: Mapping[str, Any]) -> None: ...
-
-    def log_images(self, images: Mapping[str, Any]) -> None: ...
-
-    def log_table(self, key: str, rows: list[dict[str, Any]]) -> None: ...
-
-    def close(self) -> None: ...
-
-    def write_history(self, history: Sequence[Mapping[str, Any]]) -> None: ...
-
-    def append_row(self, row: Mapping[str, Any], to_loggers: bool = True) -> None: ...
-
-    def read_rows(self) -> list[dict[str, Any]]:
-        return []
-
-    def write_json(self, name: str, obj: Any) -> None: ...
-
-    def write_text(self, name: str, text: str) -> None: ...
 
 
 def balanced_owners(sizes: Sequence[int], world_size: int) -> list[int]:
@@ -289,5 +245,16 @@ def balanced_owners(sizes: Sequence[int], world_size: int) -> list[int]:
     return owners
 
 
-__all__ = ["Distributed", "SilentRunFolder", "balanced_owners"]
+class OwnedClients(Distributed):
+    """A process that owns exactly the given client ids (a SuperNode owns one, the server of a
+    Flower run none); fedlight's Population and Evaluator then load and score only those."""
 
+    def __init__(self, fabric: Fabric, clients: Iterable[int]) -> None:
+        super().__init__(fabric)
+        self.clients = frozenset(int(c) for c in clients)
+
+    def owns(self, client_id: int) -> bool:
+        return client_id in self.clients
+
+
+__all__ = ["PER_CLIENT_KEYS", "Distributed", "OwnedClients", "balanced_owners"]

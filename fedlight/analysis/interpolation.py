@@ -17,7 +17,7 @@ Command line (reads the run's ``config.yaml`` and ``checkpoints/last.ckpt``, wri
 ``interpolation.csv`` and ``interpolation.png`` into the run folder unless ``--out`` says
 otherwise)::
 
-    python -m fedlight.privatize_interpolation runs/privatize-mnist5k-pathological-s0
+    fedlight interpolate runs/privatize-mnist5k-pathological-s0
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
+from fedlight.federation.outputs.checkpoints import load_checkpoint
 
 
 def grid_values(step: float) -> list[float]:
@@ -81,7 +82,7 @@ def interpolation_grid(
     """
     _check_model(model)
     values = grid_values(step)
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint(Path(checkpoint_path))
     datamodule.setup("fit")
     model = model.to(device).eval()
     n = len(values)
@@ -173,7 +174,7 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
 
 
 # ===================================================================== command line
-def load_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
+def read_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
     """Rebuild a run's client and data module from its ``config.yaml`` (read as ``fedlight
     fit`` reads it, so short class names and linked arguments resolve the same)."""
     from fedlight.config import read_config
@@ -195,7 +196,7 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
     checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
     if not checkpoint.is_file():
         raise MissingFileError(f"checkpoint {str(checkpoint)!r} does not exist")
-    model, datamodule = load_run(run_dir)
+    model, datamodule = read_run(run_dir)
     rows = interpolation_grid(model, datamodule, checkpoint, step=step, device=device)
     out_dir = Path(out) if out else run_dir
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -51,10 +51,11 @@ import torch
 from lightning.fabric import Fabric
 from torch import Tensor, nn
 
-from fedlight.clients.base import FederatedClient, Phase, Upload
+from fedlight.clients.base import FederatedClient
+from fedlight.core.client import Phase, Upload, upload_phase
 from fedlight.core.errors import ConfigError, TrainingDiverged
-from fedlight.data.datamodule import iterate_batches
 
+#: ``trainer.optimizer_state`` and ``trainer.gradient_clip_algorithm`` values.
 OPTIMIZER_STATES = ("fresh", "persist")
 CLIP_ALGORITHMS = ("norm", "value")
 Batch = tuple[Tensor, Tensor]
@@ -159,36 +160,27 @@ class LocalLoop:
     def __init__(self, fabric: Fabric, batch_size: int = 10,
                  gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
                  optimizer_state: str = "fresh") -> None:
-        if optimizer_state not in OPTIMIZER_STATES:
-            raise ConfigError(f"trainer.optimizer_state: unknown state {optimizer_state!r}; "
-                             f"valid: {', '.join(OPTIMIZER_STATES)}")
-        if gradient_clip_algorithm not in CLIP_ALGORITHMS:
-            raise ConfigError(f"trainer.gradient_clip_algorithm: unknown algorithm "
-                             f"{gradient_clip_algorithm!r}; valid: {', '.join(CLIP_ALGORITHMS)}")
-        if gradient_clip_val is not None and gradient_clip_val <= 0:
-            raise ConfigError(f"trainer.gradient_clip_val must be positive, got "
-                              f"{gradient_clip_val}")
         self.fabric = fabric
         self.batch_size = batch_size
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.persist = optimizer_state == "persist"
 
-    def fit(self, client: FederatedClient, data: Batch, generator: torch.Generator,
+    def fit(self, client: FederatedClient, epoch_batches: Callable[[], Iterable[Batch]],
             phases: Sequence[Phase], optimizer_states: dict[int, dict[str, Any]] | None = None,
             ) -> LocalResult:
-        """Run ``phases`` on ``data`` (batches shuffled by ``generator``) and take the upload
-        after the phase that asks for it (else after the last)."""
+        """Run ``phases``, each epoch over ``epoch_batches()``, and take the upload after the
+        phase that asks for it (else after the last: core.client.upload_phase)."""
         check_phases(client, phases)
         saved = dict(optimizer_states or {})
         upload: Upload | None = None
+        uploads_after = upload_phase(phases)
         loss_sum = torch.zeros((), device=self.fabric.device)
         steps = 0
         client.on_train_start()
         for index, phase in enumerate(phases):
-            phase_loss, phase_steps, state = self.run_phase(
-                client, phase, lambda: iterate_batches(*data, self.batch_size, generator),
-                saved.get(index))
+            phase_loss, phase_steps, state = self.run_phase(client, phase, epoch_batches,
+                                                            saved.get(index))
             if not torch.isfinite(phase_loss):
                 context = client.context
                 raise non_finite_loss(client, phase, None if context is None else (
@@ -197,7 +189,7 @@ class LocalLoop:
                 saved[index] = state
             loss_sum += phase_loss
             steps += phase_steps
-            if upload is None and (phase.upload_after or index == len(phases) - 1):
+            if index == uploads_after:
                 upload = client.upload()
         client.on_train_end()
         assert upload is not None

@@ -1,4 +1,5 @@
-"""Run checkpoints: which file ckpt_path names, and durable writes.
+"""Run checkpoints: which file ckpt_path names, what a checkpoint holds, whether a run may
+resume or evaluate it, and durable writes.
 
 ckpt_path="last" resumes the newest checkpoint of THIS configuration's run: the folder named
 exactly <run name> or <run name>-v<k> (the versions a re-run creates), never a run whose
@@ -20,15 +21,13 @@ import torch
 
 from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.core.files import atomic_write
-from fedlight.federation.server.base import ServerRule, move
+from fedlight.core.rules import ServerRule, move
 
 CHECKPOINT_VERSION = 2
 LAST = "last.ckpt"
 BEST = "best.ckpt"  # the round chosen on validation (data.val_fraction > 0)
 #: ``ckpt_path`` names that pick a file of this configuration's newest run.
 NAMED = {"last": LAST, "best": BEST}
-#: Configuration entries a resumed run may change: they do not change what is trained
-#: (``trainer.rounds`` extends or shortens the run; the others only say where data is read).
 #: Configuration keys a resume may change. trainer.rounds extends (or shortens) a run: the
 #: rounds trained are the same as in a run planned that long (sampling, batches and every draw
 #: are functions of (seed, round, client)) unless the method reads the planned number of
@@ -98,7 +97,8 @@ def run_checkpoint(rounds_done: int, method: str, server: ServerRule,
             "server": move(server.state_dict(), torch.device("cpu")), **population, **extra}
 
 
-def check_compatible(checkpoint: dict[str, Any], method: str, server_rule: str | None) -> None:
+def check_compatible(checkpoint: Mapping[str, Any], method: str,
+                     server_rule: str | None) -> None:
     """Refuse a checkpoint written by another method (or, unless server_rule is None,
     another server rule), naming both."""
     if checkpoint["method"] != method:
@@ -120,24 +120,20 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any
     return flat
 
 
-def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any],
+def check_same_config(saved: Mapping[str, Any], current: Mapping[str, Any],
                       ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> None:
     """Refuse to continue a run under a configuration that changes its result.
 
     Compares the configuration stored in a checkpoint with the current one, key by key, except
-    the ``ignore`` keys (or key prefixes ending in a dot). A checkpoint without a stored
-    configuration (an older fedlight) is not checked, nor a key an older fedlight did not
-    record (e.g. ``trainer.threads``).
+    the ``ignore`` keys (or key prefixes ending in a dot).
 
     Raises:
-        ValueError: listing every differing key with its checkpointed and current value.
+        ConfigError: listing every differing key with its checkpointed and current value.
     """
-    if saved is None:
-        return
     old, new = flatten_config(saved), flatten_config(current)
     missing = object()
     keys = sorted(k for k in old.keys() | new.keys()
-                  if old.get(k, missing) != new.get(k, missing) and k in old
+                  if old.get(k, missing) != new.get(k, missing)
                   and not any(k == i or (i.endswith(".") and k.startswith(i)) for i in ignore))
     if keys:
         changes = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
@@ -148,6 +144,50 @@ def check_same_config(saved: Mapping[str, Any] | None, current: Mapping[str, Any
             "method allows it) or start a new run without ckpt_path")
 
 
+def check_resumable(checkpoint: Mapping[str, Any], method: str, rule: str,
+                    config: Mapping[str, Any], rounds: int, reads_planned_rounds: bool) -> None:
+    """Refuse to resume a checkpoint of another method, rule or configuration, one already at
+    ``rounds`` or past it, and a changed ``trainer.rounds`` for a method that reads it."""
+    check_compatible(checkpoint, method, rule)
+    check_same_config(checkpoint["config"], config)
+    done = checkpoint["rounds_done"]
+    if done >= rounds:
+        raise ConfigError(
+            f"nothing to train: the run is at round {done} and trainer.rounds is {rounds}; pass "
+            f"trainer.rounds above {done} to extend it (fedlight test evaluates it as it is)")
+    planned = checkpoint["config"]["trainer"]["rounds"]
+    if reads_planned_rounds and planned != rounds:
+        raise ConfigError(
+            f"{method} trains with trainer.rounds as the planned number of rounds, so resuming "
+            f"its {planned}-round run with trainer.rounds {rounds} would differ from a run "
+            f"planned for {rounds} rounds; resume with trainer.rounds {planned}, or start a new "
+            "run (without ckpt_path)")
+
+
+def check_evaluable(checkpoint: Mapping[str, Any], method: str,
+                    config: Mapping[str, Any]) -> None:
+    """Refuse to evaluate a checkpoint of another method, model or data (the trainer's and the
+    server rule's options do not matter to an evaluation)."""
+    check_compatible(checkpoint, method, None)
+    check_same_config(checkpoint["config"], config, (*RESUMABLE_CHANGES, "trainer.", "server"))
+
+
+def checkpoint_names(rounds_done: int, rounds: int, every: int, stopping: bool,
+                     best: bool) -> list[str]:
+    """The checkpoints to write after ``rounds_done`` rounds: best.ckpt for a new best round
+    on validation, last.ckpt every ``every`` rounds, at the end and when the run stops."""
+    names = [BEST] if best else []
+    if stopping or rounds_done % every == 0 or rounds_done == rounds:
+        names.append(LAST)
+    return names
+
+
+def saved_client_states(run_dir: Path) -> dict[int, Any]:
+    """The clients' private states in a run folder's last checkpoint ({} without one)."""
+    checkpoint = run_dir / "checkpoints" / LAST
+    return load_checkpoint(checkpoint)["client_states"] if checkpoint.is_file() else {}
+
+
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """Write obj to path durably and atomically (:func:`fedlight.core.files.atomic_write`)."""
     atomic_write(path, lambda stream: torch.save({**obj, "version": CHECKPOINT_VERSION}, stream))
@@ -155,6 +195,7 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
 
 __all__ = [
     "BEST", "CHECKPOINT_VERSION", "LAST", "NAMED", "RESUMABLE_CHANGES", "check_compatible",
-    "check_same_config", "find_checkpoint", "flatten_config", "load_checkpoint",
-    "run_checkpoint", "save_checkpoint",
+    "check_evaluable", "check_resumable", "check_same_config", "checkpoint_names",
+    "find_checkpoint", "flatten_config", "load_checkpoint", "run_checkpoint", "save_checkpoint",
+    "saved_client_states",
 ]

@@ -13,10 +13,10 @@ survived)`` (timeouts count as killed, as mutmut does; "no tests" mutants are in
 selected test reaches). ``--by-function`` adds one line per function, ``--survivors`` lists
 the surviving mutants' names (``mutmut show NAME`` in the kept folder prints the diff).
 
-    python benchmarks/mutation.py                                 # the five files, ~1 hour
-    python benchmarks/mutation.py --files map --by-function       # one file
-    python benchmarks/mutation.py --files map --core              # its loss and update code
-    python benchmarks/mutation.py --files fedpick --keep /tmp/mm  # keep the mutants folder
+    python tests/tools/mutation.py                                 # the five files, ~1 hour
+    python tests/tools/mutation.py --files map --by-function       # one file
+    python tests/tools/mutation.py --files map --core              # its loss and update code
+    python tests/tools/mutation.py --files fedpick --keep /tmp/mm  # keep the mutants folder
 
 mutmut runs each original function under a new name (``xǁGPFLǁ__init____mutmut_orig``)
 called through ``trampoline`` frames. The copy's ``fedlight/clients/base.py`` (never mutated)
@@ -24,7 +24,7 @@ is taught those names in ``_outermost_init_arguments``, the frame walk that lets
 rebuild a client from its constructor arguments; without it every test of a federated run
 with non-default arguments fails under mutmut.
 
-It is a benchmark, not part of the test suite.
+It is test tooling, run by hand: not part of the test suite.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: method file -> the test files that exercise it
 TARGETS: dict[str, tuple[str, list[str]]] = {
     "gpfl": ("fedlight/clients/gpfl.py", ["tests/test_gpfl.py"]),
@@ -50,7 +50,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "privatize": ("fedlight/clients/privatize.py", ["tests/test_privatize.py"]),
     "auto_privatize": ("fedlight/clients/auto_privatize.py", ["tests/test_privatize.py"]),
 }
-#: the loss and update code of each file (``--core``): what the issue's 90 % target is about
+#: the loss and update code of each file (``--core``)
 CORE: dict[str, list[str]] = {
     "gpfl": ["ConditionalValve.forward", "GPFL.refresh_conditions", "GPFL.routes",
              "GPFL.alignment_logits", "GPFL.training_step"],
@@ -120,7 +120,7 @@ def prepare(workdir: Path, files: list[str], tests: list[str]) -> None:
     text = base.read_text()
     for old, new in FRAME_WALK_PATCH:
         if text.count(old) != 1:
-            raise SystemExit(f"benchmarks/mutation.py: {old!r} not found once in base.py")
+            raise SystemExit(f"tests/tools/mutation.py: {old!r} not found once in base.py")
         text = text.replace(old, new)
     base.write_text(text)
     for name in ("setup.cfg", "ruff.toml"):

@@ -1,0 +1,240 @@
+"""Building a run: the client module prepared and placed, the server rule chosen and set up,
+this process's clients, the client runtime, the engine, the round protocol and the writer of
+the run folder, wired together as one :class:`Run` (what FederatedTrainer drives), and the
+run's state as a checkpoint holds it."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientEngine, EngineHost
+from fedlight.core.rules import ServerContext, ServerRule
+from fedlight.data.datamodule import FederatedDataModule
+from fedlight.federation.engines.batched import BatchedEngine, batching_refusal
+from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.evaluation import Evaluator
+from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.memory_format import on_device
+from fedlight.federation.options import TrainerOptions
+from fedlight.federation.outputs.checkpoints import (
+    check_evaluable,
+    check_resumable,
+    load_checkpoint,
+    run_checkpoint,
+)
+from fedlight.federation.outputs.describe import default_run_name, describe_run
+from fedlight.federation.outputs.writer import RunWriter
+from fedlight.federation.population import Population
+from fedlight.federation.processes.collectives import Distributed, OwnedClients
+from fedlight.federation.processes.cpus import devices_note, precision_hint
+from fedlight.federation.protocol import RoundGradScale, RoundProtocol
+from fedlight.federation.runtime import ClientRuntime, place_client, prepare_client
+
+
+@dataclass
+class Run:
+    """Everything one run uses, wired by :func:`build_run`."""
+
+    client: FederatedClient
+    datamodule: FederatedDataModule
+    rule: ServerRule
+    dist: Distributed
+    population: Population
+    runtime: ClientRuntime
+    evaluator: Evaluator
+    engine: ClientEngine
+    grad_scale: RoundGradScale
+    protocol: RoundProtocol
+    writer: RunWriter
+    channels_last: bool
+    notes: list[str]  # one line each, printed under the partition table (verbose)
+
+    @property
+    def method(self) -> str:
+        return type(self.client).__name__
+
+    def hyperparameters(self, options: TrainerOptions) -> dict[str, Any]:
+        """What the run logs, checkpoints and (from Python) writes as config.yaml; a resume
+        must match it (outputs/checkpoints.py)."""
+        fields = ("rounds", "join_ratio", "local_epochs", "batch_size", "eval_every", "seed",
+                  "weighting", "drop_rate", "reinitialize", "threads", "precision",
+                  "evaluate_after_local_training")
+        trainer = {**{k: getattr(options, k) for k in fields}, **options.local_options,
+                   "memory_format": "channels_last" if self.channels_last else "contiguous",
+                   "batched_clients": (options.batched_clients
+                                       if isinstance(self.engine, BatchedEngine) else 1)}
+        return describe_run(self.client, self.datamodule, self.rule, trainer, self.engine.name)
+
+    def checkpoint(self, rounds_done: int, names: list[str], config: dict[str, Any],
+                   **extra: Any) -> None:
+        """Write the state after ``rounds_done`` rounds to ``checkpoints/<name>`` for each
+        name (a collective: every rank takes part; a failed write, such as a full disk, is
+        raised on every rank)."""
+        population = self.population.checkpoint()
+
+        def write() -> None:
+            state = run_checkpoint(rounds_done, self.method, self.rule, population,
+                                   grad_scale=self.grad_scale.value, config=config, **extra)
+            for name in names:
+                self.writer.save_checkpoint(state, name)
+
+        self.dist.from_writer(write)
+
+    def restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
+        """Load the rule's, the clients' (and, unless ``states_only``, the loss scale's and
+        the metrics file's) state from ``checkpoint``; returns its rounds done."""
+        self.rule.load_state_dict(checkpoint["server"])
+        self.rule.to(self.dist.device)
+        self.population.restore(checkpoint)
+        if not states_only:
+            self.grad_scale.load(checkpoint["grad_scale"])
+            self.writer.opened.write_history(checkpoint["history"])
+        return int(checkpoint["rounds_done"])
+
+    def resume_point(self, ckpt_path: str | None, config: dict[str, Any],
+                     rounds: int) -> tuple[Path | None, dict[str, Any] | None]:
+        """The checkpoint file ``ckpt_path`` names and its content on this process (its
+        clients' states), checked as resumable with ``config`` to ``rounds``; (None, None)
+        for a fresh run."""
+        if not ckpt_path:
+            return None, None
+        file = self.writer.checkpoint_file(ckpt_path)
+        checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
+        check_resumable(checkpoint, self.method, type(self.rule).__name__, config, rounds,
+                        self.client.reads_planned_rounds)
+        return file, checkpoint
+
+    def resume_hint(self, command: str | None) -> str:
+        """How a user resumes this run once it stopped."""
+        if self.engine.resume_hint:
+            return self.engine.resume_hint
+        if command:
+            return f"{command} --ckpt_path last"
+        return "fit(...) with the same configuration and ckpt_path='last'"
+
+    def evaluate_checkpoint(self, ckpt_path: str, config: dict[str, Any],
+                            stage: str) -> dict[str, float]:
+        """validate / test: the model of the checkpoint ``ckpt_path`` names (``config`` is
+        the run's, checked against it) scored as fit scores an evaluated round; test writes
+        test_metrics.json."""
+        file = self.writer.checkpoint_file(ckpt_path)
+        checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
+        check_evaluable(checkpoint, self.method, config)
+        self.writer.open_existing(file)
+        rounds_done = self.restore(checkpoint, states_only=True)
+        self.writer.announce("evaluating", file, rounds_done)
+        metrics: dict[str, float] = self.protocol.evaluate(rounds_done, None)
+        self.writer.print_metrics(stage, metrics)
+        if stage == "test":
+            self.writer.opened.write_json("test_metrics.json", metrics)
+        return metrics
+
+    def finish(self, history: list[dict[str, Any]], totals: dict[str, Any]) -> dict[str, Any]:
+        """The run's summary (written with the closing files by the writer)."""
+        rounds_done = history[-1]["round"] if history else 0
+        return self.writer.finish(history, {
+            "method": self.method, "server": type(self.rule).__name__,
+            "engine": self.engine.name, "rounds": rounds_done,
+            "num_clients": self.datamodule.num_clients, **totals,
+            **self.rule.summary(rounds_done),
+        }, self.evaluator.per_client_rows())
+
+
+def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
+              datamodule: FederatedDataModule, server: ServerRule | None,
+              engine: ClientEngine | None, host: EngineHost, reinit: bool) -> Run:
+    """Wire one run of ``model`` over ``datamodule`` (``engine`` None: the simulator's;
+    ``server`` None: the method's own rule; ``reinit`` False keeps the module's weights, as
+    when a checkpoint is evaluated)."""
+    if engine is not None:
+        engine.attach(host)  # an engine refuses what it cannot run before anything is built
+    device = fabric.device
+    prepare_client(model, datamodule, options.seed, reinit, options.threads, device)
+    if options.evaluate_after_local_training is not None:
+        model.evaluate_after_local_training = options.evaluate_after_local_training
+    rule = resolve_rule(model.configure_server(), server, type(model).__name__)
+    dist = Distributed(fabric, [datamodule.client_train_size(i)
+                                for i in range(datamodule.num_clients)])
+    memory_format = place_client(model, fabric, options.memory_format)
+    state = model.state_dict()
+    # Every process starts from rank 0's initial model, however it was built.
+    rule.setup(dist.broadcast({k: state[k].detach().clone() for k in model.partition.shared},
+                              device),
+               ServerContext(datamodule.num_clients, options.rounds, options.join_ratio,
+                             options.seed, options.weighting, datamodule.public_inputs()))
+    holds_clients = engine is None or engine.holds_clients
+    population = Population(
+        datamodule, dist if holds_clients else OwnedClients(fabric, ()),
+        dist.broadcast(model.client_state()), options.client_state_storage,
+        options.client_state_dir or options.default_root_dir, options.rounds,
+        options.join_ratio, options.batch_size, memory_format)
+    loop = LocalLoop(fabric, options.batch_size, **options.local_options)
+    runtime = ClientRuntime(fabric, model, population, loop, options.seed, options.local_epochs,
+                            options.eval_batch_size, options.share_class_counts)
+    evaluator = Evaluator(fabric, dist, population,
+                          on_device(datamodule.global_test(), device, memory_format),
+                          options.eval_batch_size)
+    notes = [note for note in (devices_note(options.devices, fabric.world_size, device),
+                               precision_hint(options.precision, device)) if note]
+    if engine is None:
+        engine, batching_note = simulator_engine(options, runtime)
+        notes += [batching_note] if batching_note else []
+    grad_scale = RoundGradScale(runtime.grad_scale.initial)
+    protocol = RoundProtocol(rule, engine, evaluator, dist, model, datamodule.num_clients,
+                             options.rounds, options.join_ratio, options.drop_rate,
+                             options.weighting, options.seed, options.eval_every, grad_scale)
+    method = type(model).__name__
+    writer = RunWriter(
+        dist, options.default_root_dir,
+        options.run_name or default_run_name(model, datamodule, options.seed, engine.name),
+        options.loggers,
+        options.wandb_group or f"{method}-{datamodule.source}-{datamodule.partition}",
+        options.wandb_project, options.progress_bar, options.verbose)
+    return Run(model, datamodule, rule, dist, population, runtime, evaluator, engine,
+               grad_scale, protocol, writer, memory_format == torch.channels_last, notes)
+
+
+def simulator_engine(options: TrainerOptions,
+                     runtime: ClientRuntime) -> tuple[ClientEngine, str | None]:
+    """The simulator's engine: batched where asked and the method qualifies, else the loop
+    (with the one-line reason for the run's header when batching was asked for)."""
+    if options.batched_clients == 1:
+        return LocalEngine(runtime), None
+    refusal = batching_refusal(runtime.client, options.precision,
+                               options.local_options["optimizer_state"],
+                               options.local_options["gradient_clip_val"])
+    if refusal is None:
+        return BatchedEngine(runtime, options.batched_clients), None
+    return LocalEngine(runtime), (f"fedlight: batched_clients: {options.batched_clients} not "
+                                  f"used, clients train one after another ({refusal})")
+
+
+def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) -> ServerRule:
+    """The rule a run uses: the client's default, or a fresh copy of the config's override
+    where the default accepts it (wrappers such as DP are put around the default). The copy
+    keeps an override object that serves several runs (a config parsed once, a rule passed to
+    fit twice) from carrying one run's state (momentum, moments, a wrapped rule) into the next.
+
+    Raises:
+        ConfigError: the method's own rule cannot be replaced by override.
+    """
+    if override is None:
+        return default
+    rule = copy.deepcopy(override).wrap_default(default)
+    if not default.accepts(rule):
+        raise ConfigError(
+            f"{method} aggregates with its own server rule {type(default).__name__}, which "
+            f"server: {type(override).__name__} cannot replace; drop the server section or "
+            f"use a {type(default).__name__} subclass")
+    return rule
+
+
+__all__ = ["Run", "build_run", "resolve_rule", "simulator_engine"]

@@ -1,0 +1,61 @@
+"""How a run is named and described: its folder name, the hyper-parameters logged with it
+(written as config.yaml for a run started from Python) and the YAML they are written in."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fedlight.core.messages import SIMULATOR
+from fedlight.core.rules import ServerRule
+
+
+def default_run_name(client: Any, datamodule: Any, seed: int, engine: str = SIMULATOR) -> str:
+    """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
+    for runs whose clients are not simulated (e.g. -flower)."""
+    name = f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
+    return name if engine == SIMULATOR else f"{name}-{engine}"
+
+
+def describe_run(client: Any, datamodule: Any, server: Any, trainer: Mapping[str, Any],
+                 engine: str = SIMULATOR) -> dict[str, Any]:
+    """The hyper-parameters logged with a run (and written as config.yaml from Python), with
+    the engine named for runs whose clients are not simulated."""
+    vocabulary = getattr(datamodule, "vocabulary_record", lambda: None)()
+    described = {"method": type(client).__name__, "server": type(server).__name__,
+                 "server_options": rule_options(server), "model": dict(client.hparams),
+                 "data": dict(datamodule.hparams), "trainer": dict(trainer),
+                 **({"vocabulary": vocabulary} if vocabulary else {})}
+    return described if engine == SIMULATOR else {"engine": engine, **described}
+
+
+def rule_options(rule: Any) -> dict[str, Any]:
+    """A server rule's constructor arguments, as far as the rule (or one of its parts, such as
+    a DP mechanism) keeps them under their own name; a wrapped rule is described in turn."""
+    parts = [rule, *(v for v in vars(rule).values()
+                     if hasattr(v, "__dict__") and not isinstance(v, ServerRule))]
+    options: dict[str, Any] = {}
+    for name in list(inspect.signature(type(rule).__init__).parameters)[1:]:
+        for part in parts:
+            value = vars(part).get(name)
+            if isinstance(value, ServerRule):
+                options[name] = {"class": type(value).__name__, **rule_options(value)}
+            elif isinstance(value, (bool, int, float, str)):
+                options[name] = value
+            else:
+                continue
+            break
+    return options
+
+
+def to_yaml(obj: Mapping[str, Any]) -> str:
+    """A plain YAML dump (tuples and paths become lists and strings)."""
+    import yaml
+
+    text: str = yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
+    return text
+
+
+__all__ = ["default_run_name", "describe_run", "rule_options", "to_yaml"]

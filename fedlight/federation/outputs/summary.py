@@ -1,0 +1,93 @@
+"""A run's summary: best, last and recent-mean of every accuracy column (the best round chosen
+on validation where the data has a validation split), and its accuracy curves."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedlight.core.files import atomic_write
+
+#: The column a best round is chosen on when data.val_fraction > 0.
+VALIDATION_KEY = "val_personalized_accuracy"
+
+
+SUMMARY_METRICS = ("personalized_accuracy", "global_accuracy")
+
+
+#: ``mean_last_<metric>`` in the summary averages this many last evaluated rounds: unlike the
+#: best round, it is not biased upward when each round scores a different client subset
+MEAN_LAST_ROUNDS = 10
+
+
+def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Best, last and mean of the last MEAN_LAST_ROUNDS evaluated rounds of every accuracy
+    column (None where the method has no such model).
+
+    A column with a validation counterpart (val_<column>, when data.val_fraction > 0) has
+    its best round chosen on validation and reported on test: best_<column> is the test
+    figure of the round where val_<column> peaked (best_selected_on: validation).
+    Other columns keep the best over rounds.
+    """
+    summary: dict[str, Any] = {}
+    accuracy_keys = [k for k in (history[0] if history else {}) if k.endswith("accuracy")]
+    validated = False
+    for key in dict.fromkeys([*SUMMARY_METRICS, *accuracy_keys]):
+        values = [(r[key], r["round"]) for r in history if _finite(r.get(key))]
+        chooser = f"val_{key}" if any(_finite(r.get(f"val_{key}")) for r in history) else key
+        validated |= chooser != key
+        rows = [r for r in history if _finite(r.get(chooser)) and _finite(r.get(key))]
+        best = max(rows, key=lambda r: (r[chooser], r["round"]), default=None)
+        summary[f"best_{key}"] = None if best is None else best[key]
+        summary[f"best_{key}_round"] = None if best is None else best["round"]
+        summary[f"last_{key}"] = values[-1][0] if values else None
+        tail = [value for value, _ in values[-MEAN_LAST_ROUNDS:]]
+        summary[f"mean_last_{key}"] = sum(tail) / len(tail) if tail else None
+    summary["best_selected_on"] = "validation" if validated else "test"
+    summary.update(extra)
+    return summary
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
+    """Accuracy curves of one run (every ``*_accuracy`` column against the round)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in (history[0] if history else {}) if k.endswith("_accuracy")]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in keys:
+        points = [(r["round"], r[key]) for r in history
+                  if isinstance(r.get(key), float) and math.isfinite(r[key])]
+        if points:
+            ax.plot(*zip(*points, strict=True), label=key)
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if keys:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda stream: fig.savefig(stream, dpi=100, format="png"))
+    plt.close(fig)
+
+
+def best_on_validation(history: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the newest row of ``history`` ties or beats every earlier round on validation
+    personalized accuracy (as the summary's best round is chosen)."""
+    if not history or not _finite(history[-1].get(VALIDATION_KEY)):
+        return False
+    value = float(history[-1][VALIDATION_KEY])
+    earlier = [r[VALIDATION_KEY] for r in history[:-1] if _finite(r.get(VALIDATION_KEY))]
+    return bool(value >= max(earlier, default=-math.inf))
+
+
+__all__ = ["MEAN_LAST_ROUNDS", "SUMMARY_METRICS", "VALIDATION_KEY", "best_on_validation",
+           "plot_curves", "summarize"]

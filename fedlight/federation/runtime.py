@@ -1,0 +1,220 @@
+"""The client runtime: the one way a client module is prepared for a run, trained on a task
+and scored, whatever carries the clients' work out (the simulator's engines, a Flower
+SuperNode).
+
+:class:`ClientRuntime` owns the client module that plays every client this process serves in
+turn, the :class:`~fedlight.federation.population.Population` of those clients (their data,
+their private-state store), the local loop and the fp16 loss scale. Its two steps are the
+places every engine goes through: :meth:`ClientRuntime.train` (one task: seed from
+``(seed, round, client)``, load, local phases, keep the private state, score where the task
+asks) and :meth:`ClientRuntime.batches` (the batches a client trains on, in the order its
+seed draws them). :meth:`ClientRuntime.score` scores a client, sending its per-class counts
+only where the run shares them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from fedlight.clients.base import FederatedClient
+from fedlight.compat import restart_growth
+from fedlight.core.client import Phase, Upload
+from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.core.seeding import derive_seed, seed_global_rngs
+from fedlight.data.datamodule import FederatedDataModule, iterate_batches
+from fedlight.federation.evaluation import score_outputs
+from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.memory_format import apply_memory_format
+from fedlight.federation.population import Population
+from fedlight.federation.processes.cpus import apply_threads
+
+Batch = tuple[Tensor, Tensor]
+_EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from training
+
+
+def prepare_client(model: FederatedClient, datamodule: FederatedDataModule, seed: int,
+                   reinit: bool, threads: int | str | None, device: torch.device) -> None:
+    """What every run does before round 1, on the server side and on every client side: set
+    torch's threads (trainer.threads), set up the data, check the class count and the shared /
+    private patterns, and re-initialize the model from seed (reinit)."""
+    if not isinstance(model, FederatedClient):
+        raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
+    apply_threads(threads, device)
+    datamodule.setup("fit")
+    if model.num_classes != datamodule.num_classes:
+        raise ConfigError(f"model has {model.num_classes} classes but data source "
+                          f"{datamodule.source!r} has {datamodule.num_classes}")
+    _ = model.partition  # resolve and check the shared / private patterns now
+    if reinit:
+        reinitialize(model, seed)
+
+
+def reinitialize(client: FederatedClient, seed: int) -> None:
+    """Give ``client`` the weights a construction right after ``torch.manual_seed(seed)`` gives
+    (what the CLI does), without touching the global RNG state.
+
+    The client is rebuilt with the arguments of its own constructor call and its state copied
+    over, so every method's own initialization (zero-initialized heads, copies) is kept.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(client)(**client.construction)
+    client.load_state_dict(fresh.state_dict())
+
+
+def place_client(model: FederatedClient, fabric: Fabric, memory_format: str) -> torch.memory_format:
+    """Set the module up with Fabric (device, precision), put its weights in the run's memory
+    format (returned: the image batches' format) and collect what it logs per round."""
+    fabric.setup_module(model)
+    placed = apply_memory_format(model, memory_format, fabric.device)
+    model.capture_logs(True)
+    return placed
+
+
+class ClientGradScale:
+    """The loss scale of Fabric's GradScaler (precision: 16-mixed on GPU) around one client's
+    local training.
+
+    Fabric's precision plugin holds one GradScaler per process, and the optimizer is rebuilt
+    for every client and phase. Kept running across clients, the scale a client starts from
+    would depend on which clients its process trained before it (so on the number of processes,
+    on the order of training and on the engine); reset for every client, each local training
+    would again waste its first steps backing off from 2**16. So each client starts from the
+    scale the server side sends (start) and reports the scale it ended with (end). Without a
+    scaler (32-bit, bf16) both are no-ops and the scale is None.
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.scaler = getattr(fabric.strategy.precision, "scaler", None)
+
+    @property
+    def initial(self) -> float | None:
+        """The scaler's scale before any training (the run's first round starts from it)."""
+        return float(self.scaler.get_scale()) if self.scaler is not None else None
+
+    def start(self, value: float | None) -> None:
+        """Start a client's training from scale value, growth counter at 0."""
+        if self.scaler is not None and value is not None:
+            restart_growth(self.scaler, value)
+
+    def end(self) -> float | None:
+        """The scale after a client's training."""
+        return float(self.scaler.get_scale()) if self.scaler is not None else None
+
+
+def private_scores(scores: Mapping[str, Score], share_class_counts: bool) -> dict[str, Score]:
+    """scores as they may leave a client: without the per-class counts (which give away the
+    client's test label histogram) unless the run shares them (trainer.share_class_counts)."""
+    if share_class_counts:
+        return dict(scores)
+    return {name: dataclasses.replace(score, class_counts=[]) for name, score in scores.items()}
+
+
+class ClientRuntime:
+    """Prepares, trains and scores the clients this process serves (module docstring).
+
+    Args:
+        fabric: the process's Fabric (device, precision).
+        client: the client module, placed (place_client).
+        population: the clients' data and private states.
+        loop: the local loop.
+        seed: the run's seed.
+        local_epochs: local epochs E.
+        eval_batch_size: batch size of scoring.
+        share_class_counts: whether scores leave with their per-class counts.
+    """
+
+    def __init__(self, fabric: Fabric, client: FederatedClient, population: Population,
+                 loop: LocalLoop, seed: int, local_epochs: int, eval_batch_size: int = 512,
+                 share_class_counts: bool = True) -> None:
+        self.fabric, self.client, self.population, self.loop = fabric, client, population, loop
+        self.seed, self.local_epochs = seed, local_epochs
+        self.eval_batch_size, self.share_class_counts = eval_batch_size, share_class_counts
+        self.grad_scale = ClientGradScale(fabric)
+
+    # ----------------------------------------------------------------- training
+    def batches(self, client_id: int, generator: torch.Generator) -> Iterator[Batch]:
+        """One epoch of ``client_id``'s training batches, shuffled by ``generator``."""
+        return iterate_batches(*self.population.train_data[client_id], self.loop.batch_size,
+                               generator)
+
+    def start(self, task: TrainTask) -> torch.Generator:
+        """Load the task's client for training: the global generators and its batch order
+        seeded from ``(seed, round, client)``, the round's loss scale, the download and its
+        private state, train mode, ``on_round_start``. Returns the batch-order generator."""
+        seed = derive_seed(self.seed, task.round_idx, task.client_id)
+        self.grad_scale.start(task.loss_scale)
+        seed_global_rngs(seed, self.fabric.device)
+        self.population.start_training(self.client, task.client_id, task.round_idx,
+                                       task.shared, task.message)
+        return torch.Generator().manual_seed(seed)
+
+    def train(self, task: TrainTask) -> ClientResult:
+        """One client's round: local training from the task's download, then its scores
+        where the task asks for them."""
+        generator = self.start(task)
+        result = self.loop.fit(self.client, lambda: self.batches(task.client_id, generator),
+                               self.phases(), self.population.optimizer_states.get(task.client_id))
+        return self.finish(task, result.upload, result.loss_sum, result.steps,
+                           result.optimizer_states)
+
+    def phases(self) -> list[Phase]:
+        """The loaded client's local schedule."""
+        return self.client.local_phases(self.local_epochs)
+
+    def finish(self, task: TrainTask, upload: Upload, loss_sum: Tensor, steps: int,
+               optimizer_states: dict[int, dict[str, Any]],
+               logs: Mapping[str, Tensor] | None = None) -> ClientResult:
+        """End a trained client's round: ``on_round_end``, its private and optimizer state
+        kept, its logged values (``logs`` replaces them where given), its scores where the task
+        asks, the loss scale it ended with."""
+        self.client.on_round_end()
+        self.population.finish_training(self.client, task.client_id, optimizer_states)
+        logged = self.client.pop_federated_logs()
+        scores = self.score(task.client_id, task.round_idx) if task.score else {}
+        return ClientResult(task.client_id, upload, loss_sum, steps,
+                            logged if logs is None else logs, scores, self.grad_scale.end())
+
+    # ----------------------------------------------------------------- scoring
+    def score(self, client_id: int, round_idx: int,
+              shared: Mapping[str, Tensor] | None = None) -> dict[str, Score]:
+        """Score ``client_id`` (loaded from ``shared`` + its private state, or as the module
+        holds it now when ``shared`` is None) on its test split (and validation split), after
+        its evaluation phases if it has any; per-class counts only where the run shares them."""
+        client = self.client
+        if shared is not None:
+            self.population.load(client, client_id, round_idx, shared)
+        phases = client.evaluation_phases()
+        if phases:
+            self._fine_tune(client_id, round_idx, phases)
+        client.eval()
+        x, y = self.population.test_data[client_id]
+        val_x, val_y = self.population.val_data[client_id]
+        with self.fabric.autocast():
+            scores = score_outputs(client.eval_outputs, x, y, self.eval_batch_size)
+            if len(val_y):  # data.val_fraction > 0: the same model on the validation split
+                scores.update({f"val_{name}": score for name, score in score_outputs(
+                    client.eval_outputs, val_x, val_y, self.eval_batch_size).items()})
+        return private_scores(scores, self.share_class_counts)
+
+    def _fine_tune(self, client_id: int, round_idx: int, phases: list[Phase]) -> None:
+        """The client's evaluation phases (fine-tuning that is scored, then thrown away), on
+        batches drawn from ``(seed, round, client)`` on a stream of their own."""
+        generator = torch.Generator().manual_seed(
+            derive_seed(self.seed, round_idx, client_id, _EVAL_STREAM))
+        self.client.train()
+        for phase in phases:
+            self.loop.run_phase(self.client, phase,
+                                lambda: self.batches(client_id, generator))
+        self.client.pop_federated_logs()  # fine-tuning losses are not the round's training losses
+
+
+__all__ = ["ClientGradScale", "ClientRuntime", "place_client", "prepare_client",
+           "private_scores", "reinitialize"]
