@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
-import os
+import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from fedlight.core.files import atomic_write
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -15,12 +17,11 @@ def write_csv(path: Path, rows: Rows, columns: Sequence[str] | None = None) -> P
     """``rows`` as a CSV table (columns: ``columns``, else the first row's keys), written to
     a temporary file renamed over ``path``, so the file is whole or absent."""
     fields = list(columns or (rows[0] if rows else []))
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(path, lambda stream: stream.write(text.getvalue().encode()))
     return path
 
 
@@ -43,9 +44,8 @@ def save_figure(path: Path, draw: Callable[[Any], Any], size: tuple[float, float
     try:
         draw(axes)
         figure.tight_layout()
-        tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-        figure.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        atomic_write(path, lambda stream: figure.savefig(stream, dpi=120,
+                                                          format=path.suffix.lstrip(".")))
     finally:
         plt.close(figure)
     return path

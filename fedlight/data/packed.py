@@ -22,8 +22,6 @@ import dataclasses
 import functools
 import io
 import lzma
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.files import atomic_write
 from fedlight.data.images import to_source
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -54,15 +53,7 @@ def write_packed(path: str | Path, record: dict[str, Any]) -> Path:
     if path.suffix == ".xz":
         content = lzma.compress(content, preset=6)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(content)
-        os.chmod(temporary, 0o644)  # a data file others may read, not mkstemp's 0600
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda stream: stream.write(content))
     return path
 
 
