@@ -147,3 +147,14 @@ def test_after_a_forked_run_the_trainer_reports_its_folder_and_client_states(tmp
     states = trainer.client_states
     assert sorted(states) == [0, 1, 2, 3]
     assert all(any(".head." in key for key in state) for state in states.values())
+
+
+def test_test_scores_clients_as_fit_does_without_shared_class_counts(tmp_path):
+    """fedlight test scores the clients through the same runtime as fit: without shared class
+    counts its personalized macro-F1 is empty (NaN) too, the accuracies are fit's."""
+    trainer = tiny_trainer(tmp_path, rounds=1, share_class_counts=False)
+    trainer.fit(make_client(FedAvg), tiny_data())
+    row = trainer.history[-1]
+    metrics = trainer.test(make_client(FedAvg), tiny_data())
+    assert math.isnan(row["personalized_macro_f1"]) and math.isnan(metrics["personalized_macro_f1"])
+    assert metrics["personalized_accuracy"] == pytest.approx(row["personalized_accuracy"])
