@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fedlight.core.host import cpu_cores  # (what devices: auto counts)
+from fedlight.core.host import cpu_cores  # what devices: auto counts
+from fedlight.sweep import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ MAIN_JOB = "configs/gpfl/mnist5k_pathological.yaml"
 
 
 def run_fit(config: str, rounds: int, devices: int) -> tuple[float, float]:
-    """Wall and CPU seconds (this process's children) of one `fit` run."""
+    """Wall and CPU seconds (the run's processes: this one waits) of one `fit` run."""
     with tempfile.TemporaryDirectory() as root:
         command = [sys.executable, str(ROOT / "cli.py"), "fit", "-c", str(ROOT / config),
                    "--trainer.rounds", str(rounds), "--trainer.default_root_dir", root,
@@ -41,14 +41,10 @@ def run_fit(config: str, rounds: int, devices: int) -> tuple[float, float]:
                    "--trainer.devices", str(devices)]
         if devices > 1:
             command += ["--trainer.strategy", "ddp_fork"]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), cpu_seconds()
         subprocess.run(command, check=True, cwd=root, stdout=subprocess.DEVNULL,
                        env={**os.environ, "WANDB_MODE": "offline"})
-        wall = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return time.perf_counter() - started, cpu_seconds() - cpu_started
 
 
 def fit_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
