@@ -5,9 +5,10 @@ seeds of the same group are pooled as mean +- sample standard deviation (a group
 shows its value alone), and runs of different lengths never are.
 Written to ``DIR``:
 
-* ``report.md``: methods x settings x rounds of best and last personalized accuracy, global
-  accuracy and fairness (std and coefficient of variation of client accuracies at the last
-  round, as GPFL's Table 3), with the number of seeds;
+* ``report.md``: methods x settings x rounds of best, last and mean-of-the-last-n (the runs'
+  ``trainer.report_last``, "mean last-n") personalized accuracy, global accuracy and fairness
+  (std and coefficient of variation of client accuracies at the last round, as GPFL's
+  Table 3), with the number of seeds;
 * ``curves.png``: personalized accuracy against the round, one line per method, setting and
   round count (mean over seeds);
 * ``client_gain_<A>_vs_<B>.png``: histogram of per-client accuracy changes between the first
@@ -124,12 +125,17 @@ def _process(kind: str) -> Callable[[Run], float | None]:
     return lambda run: (run.process_seconds or {}).get(kind)
 
 
+#: The window of ``mean_last_*`` in a summary written before trainer.report_last existed.
+FORMER_REPORT_LAST = 10
+
+Column = tuple[str, Callable[[Run], float | None], str]
 #: Columns of the results table: (title, value of one run, how a group is shown): "%" mean ±
-#: std in percent, "mean3" the mean to three places, "seconds" the mean in whole seconds.
-COLUMNS: list[tuple[str, Callable[[Run], float | None], str]] = [
+#: std in percent, "mean3" the mean to three places, "seconds" the mean in whole seconds;
+#: "{last}" in a title is the runs' report_last.
+COLUMNS: list[Column] = [
     ("best personalized", _summary("best_personalized_accuracy"), "%"),
     ("last personalized", _summary("last_personalized_accuracy"), "%"),
-    ("mean last-10 personalized", _summary("mean_last_personalized_accuracy"), "%"),
+    ("mean last-{last} personalized", _summary("mean_last_personalized_accuracy"), "%"),
     ("best global", _summary("best_global_accuracy"), "%"),
     ("last global", _summary("last_global_accuracy"), "%"),
     ("std (fairness)", _last_row("personalized_accuracy_std"), "%"),
@@ -139,12 +145,21 @@ COLUMNS: list[tuple[str, Callable[[Run], float | None], str]] = [
 ]
 
 
-def table_columns(extra: Sequence[str] = ()) -> list[tuple[str, Callable[[Run], float | None],
-                                                                str]]:
-    """COLUMNS, then ``last <name>`` for each extra metrics.csv column (e.g.
-    ``hpm_accuracy_mean``): its last evaluated value, in % where the name says accuracy."""
-    return COLUMNS + [(f"last {name}", _last_row(name), "%" if "accuracy" in name else "mean3")
-                      for name in extra]
+def report_window(runs: Sequence[Run]) -> str:
+    """The runs' ``report_last`` (the evaluated rounds their ``mean_last_*`` averages), as a
+    column title shows it: ``5``, or ``5/10`` for runs of different windows."""
+    windows = sorted({int(run.summary.get("report_last") or FORMER_REPORT_LAST) for run in runs})
+    return "/".join(str(w) for w in windows) or str(FORMER_REPORT_LAST)
+
+
+def table_columns(extra: Sequence[str] = (), runs: Sequence[Run] = ()) -> list[Column]:
+    """COLUMNS (titled with the ``runs``' report window), then ``last <name>`` for each extra
+    metrics.csv column (e.g. ``hpm_accuracy_mean``): its last evaluated value, in % where the
+    name says accuracy."""
+    window = report_window(runs)
+    return [(title.format(last=window), value, style) for title, value, style in COLUMNS] + [
+        (f"last {name}", _last_row(name), "%" if "accuracy" in name else "mean3")
+        for name in extra]
 
 
 def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -159,7 +174,7 @@ def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dic
     for (method, setting, rounds), members in sorted(groups.items()):
         row: dict[str, Any] = {"method": method, "setting": setting, "rounds": rounds,
                                "seeds": len(members)}
-        for title, value, _ in table_columns(extra):
+        for title, value, _ in table_columns(extra, runs):
             numbers = _finite([value(m) for m in members])
             row[f"{title} mean"] = statistics.mean(numbers) if numbers else None
             row[f"{title} std"] = statistics.stdev(numbers) if len(numbers) > 1 else None
@@ -195,7 +210,7 @@ def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
     where they were recorded and the ``extra`` metrics.csv columns' last values."""
     rows = group_statistics(runs, extra)
     timed = any(run.process_seconds for run in runs)
-    columns = [c for c in table_columns(extra) if timed or c[2] != "seconds"]
+    columns = [c for c in table_columns(extra, runs) if timed or c[2] != "seconds"]
     header = ["method", "setting", "rounds", "seeds", *(title for title, _, _ in columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:

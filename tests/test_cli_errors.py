@@ -214,7 +214,8 @@ def test_a_typo_in_a_yaml_file_names_the_file(tmp_path, capsys, monkeypatch):
     ("rounds", "0"), ("local_epochs", "0"), ("batch_size", "0"), ("eval_every", "0"),
     ("eval_batch_size", "0"), ("checkpoint_every", "0"), ("workers_per_device", "0"),
     ("join_ratio", "0"), ("drop_rate", "1.5"), ("threads", "0"), ("batched_clients", "0"),
-    ("gradient_clip_val", "-1"), ("strategy", "fsdp"), ("precision", "64-true")])
+    ("gradient_clip_val", "-1"), ("strategy", "fsdp"), ("precision", "64-true"),
+    ("max_local_steps", "0"), ("report_last", "0")])
 def test_a_bad_trainer_value_names_its_option(option, value, capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:

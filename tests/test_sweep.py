@@ -17,6 +17,7 @@ import yaml
 
 from fedlight.cli import main
 from fedlight.sweep import SweepError, cache_key, load_sweep, plan_sweep, read_sweep, runner
+from fedlight.sweep.plan import CELL_TRAINER_OPTIONS
 
 BASE = {
     "model": {"class_path": "GPFL", "init_args": {"backbone": "mlp", "lr": 0.1, "lamda": 0.01}},
@@ -251,9 +252,20 @@ def test_command_line_lists_replace_and_extend_the_file(tmp_path):
         load_sweep(path, options(settings=["nope"]))
 
 
-def test_an_option_at_its_neutral_default_leaves_the_cache_key_unchanged():
+@pytest.mark.parametrize("option, neutral_value, other", [
+    ("batched_clients", 1, 4), ("max_local_steps", None, 250), ("random_join_ratio", False, True),
+    ("report_last", 10, 5)])
+def test_an_option_at_its_neutral_default_leaves_the_cache_key_unchanged(option, neutral_value,
+                                                                        other):
     before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}
-    neutral = {**before, "trainer": {**before["trainer"], "batched_clients": 1}}
-    batched = {**before, "trainer": {**before["trainer"], "batched_clients": 4}}
-    assert cache_key(neutral) == cache_key(before) != cache_key(batched)
-    assert neutral["trainer"]["batched_clients"] == 1  # the config itself is not changed
+    neutral = {**before, "trainer": {**before["trainer"], option: neutral_value}}
+    changed = {**before, "trainer": {**before["trainer"], option: other}}
+    assert cache_key(neutral) == cache_key(before) != cache_key(changed)
+    assert neutral["trainer"][option] == neutral_value  # the config itself is not changed
+
+
+def test_per_client_scores_are_on_in_every_cell_and_out_of_the_cache_key():
+    before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}
+    on = {**before, "trainer": {**before["trainer"], "per_client_scores": True}}
+    assert cache_key(on) == cache_key(before)
+    assert CELL_TRAINER_OPTIONS["per_client_scores"] is True

@@ -32,6 +32,7 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.messages import TrainTask
 from fedlight.core.rules import WeightedSum, aggregation_weight
+from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.errors import did_you_mean
 from fedlight.federation.local_loop import LocalLoop
@@ -122,7 +123,7 @@ class FinishedRun:
         loop = LocalLoop(population.dist.fabric, int(config["batch_size"]),
                          config.get("gradient_clip_val"),
                          config.get("gradient_clip_algorithm", "norm"),
-                         config.get("optimizer_state", "fresh"))
+                         config.get("optimizer_state", "fresh"), config.get("max_local_steps"))
         runtime = ClientRuntime(population.dist.fabric, self.model, population, loop,
                                 int(config["seed"]), int(config["local_epochs"]))
         server = self.checkpoint["server"]
@@ -155,7 +156,9 @@ class FinishedRun:
         sizes = [self.datamodule.client_train_size(i) for i in range(self.num_clients)]
         return Population(self.datamodule, Distributed(fabric, sizes),
                           self.checkpoint["initial_private"], "memory", None,
-                          int(config["rounds"]), float(config["join_ratio"]),
+                          int(config["rounds"]),
+                          mean_join_ratio(self.num_clients, float(config["join_ratio"]),
+                                          bool(config.get("random_join_ratio", False))),
                           int(config["batch_size"]))
 
     def _check_client(self, client_id: int) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 _DROP_STREAM = 0x44524F50  # tags the dropout stream apart from the sampling stream
+_JOIN_STREAM = 0x4A4F494E  # tags the random join ratio's stream apart from the sampling stream
 
 
 def derive_seed(*parts: int) -> int:
@@ -19,10 +20,39 @@ def derive_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0] >> 1)
 
 
-def sample_clients(num_clients: int, join_ratio: float, seed: int, round_idx: int) -> list[int]:
-    """The clients of a round: ``max(1, round(join_ratio * N))`` drawn without replacement from a
-    generator seeded by ``(seed, round)``, sorted."""
-    count = max(1, int(round(join_ratio * num_clients)))
+def fewest_participants(num_clients: int, join_ratio: float) -> int:
+    """``max(1, round(join_ratio * N))``, at most N: the clients of a round at ``join_ratio``."""
+    return min(num_clients, max(1, int(round(join_ratio * num_clients))))
+
+
+def participant_count(num_clients: int, join_ratio: float, seed: int, round_idx: int,
+                      random_join_ratio: bool = False) -> int:
+    """How many clients train in a round: :func:`fewest_participants`; with
+    ``random_join_ratio`` a count drawn uniformly from that many up to ``N`` (both included)
+    by a generator seeded by ``(seed, round)`` on its own stream, as PFLlib's
+    ``random_join_ratio`` draws it (its lower end is ``int(join_ratio * N)``)."""
+    low = fewest_participants(num_clients, join_ratio)
+    if not random_join_ratio or low >= num_clients:
+        return low
+    rng = np.random.default_rng([int(seed), int(round_idx), _JOIN_STREAM])
+    return int(rng.integers(low, num_clients + 1))
+
+
+def mean_join_ratio(num_clients: int, join_ratio: float, random_join_ratio: bool = False
+                    ) -> float:
+    """The share of clients a round samples on average, as the clients' and the server rule's
+    context give it: ``join_ratio``, or with ``random_join_ratio`` the mean of
+    :func:`participant_count` over N."""
+    if not random_join_ratio:
+        return join_ratio
+    return (fewest_participants(num_clients, join_ratio) + num_clients) / (2 * num_clients)
+
+
+def sample_clients(num_clients: int, join_ratio: float, seed: int, round_idx: int,
+                   random_join_ratio: bool = False) -> list[int]:
+    """The clients of a round: :func:`participant_count` of them drawn without replacement
+    from a generator seeded by ``(seed, round)``, sorted."""
+    count = participant_count(num_clients, join_ratio, seed, round_idx, random_join_ratio)
     if count >= num_clients:
         return list(range(num_clients))
     rng = np.random.default_rng([seed, round_idx])
@@ -61,4 +91,5 @@ def seed_global_rngs(seed: int, device: torch.device) -> None:
         torch.manual_seed(seed)
 
 
-__all__ = ["derive_seed", "drop_clients", "sample_clients", "seed_global_rngs"]
+__all__ = ["derive_seed", "drop_clients", "fewest_participants", "mean_join_ratio",
+           "participant_count", "sample_clients", "seed_global_rngs"]

@@ -512,6 +512,23 @@ class FederatedDataModule(L.LightningDataModule):
         index = torch.from_numpy(self._check_client(client_id).val)
         return self.pool_x[index], self.pool_y[index]
 
+    def client_names(self) -> list[str | None] | None:
+        """The name of each client's domain (``partition: domains``) or group (``natural``),
+        where the source names them: the one domain / group all its training samples share
+        (None for a client that mixes several); None for other partitions and sources."""
+        kind = {"domains": "domain", "natural": "group"}.get(self.partition)
+        data = self.data
+        names = getattr(data, f"{kind}_names") if kind else None
+        if kind is None or names is None:
+            return None
+        ids = _pooled(getattr(data, f"{kind}s_train"), getattr(data, f"{kind}s_test"),
+                      self.pool_has_test)
+        if ids is None:
+            return None
+        owners = [np.unique(ids[split.train]) if len(split.train) and split.train.max() < len(ids)
+                  else () for split in self._require_setup()]
+        return [str(names[int(o[0])]) if len(o) == 1 else None for o in owners]
+
     def global_test(self) -> tuple[Tensor, Tensor]:
         """``(x, y)`` of the global test set."""
         self._require_setup()

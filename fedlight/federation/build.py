@@ -17,13 +17,14 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientEngine, EngineHost
 from fedlight.core.rules import ServerContext, ServerRule
+from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.engines.batched import BatchedEngine, batching_refusal
 from fedlight.federation.engines.local import LocalEngine
 from fedlight.federation.evaluation import Evaluator
 from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.memory_format import on_device
-from fedlight.federation.options import TrainerOptions
+from fedlight.federation.options import TrainerOptions, added_options
 from fedlight.federation.outputs.checkpoints import (
     check_evaluable,
     check_resumable,
@@ -70,7 +71,8 @@ class Run:
         trainer = {**{k: getattr(options, k) for k in fields}, **options.local_options,
                    "memory_format": "channels_last" if self.channels_last else "contiguous",
                    "batched_clients": (options.batched_clients
-                                       if isinstance(self.engine, BatchedEngine) else 1)}
+                                       if isinstance(self.engine, BatchedEngine) else 1),
+                   **added_options(options)}
         return describe_run(self.client, self.datamodule, self.rule, trainer, self.engine.name)
 
     def checkpoint(self, rounds_done: int, names: list[str], config: dict[str, Any],
@@ -89,15 +91,18 @@ class Run:
         self.dist.from_writer(write)
 
     def restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
-        """Load the rule's, the clients' (and, unless ``states_only``, the loss scale's and
-        the metrics file's) state from ``checkpoint``; returns its rounds done."""
+        """Load the rule's, the clients' (and, unless ``states_only``, the loss scale's, the
+        metrics file's and the per-client file's) state from ``checkpoint``; returns its
+        rounds done."""
         self.rule.load_state_dict(checkpoint["server"])
         self.rule.to(self.dist.device)
         self.population.restore(checkpoint)
+        rounds_done = int(checkpoint["rounds_done"])
         if not states_only:
             self.grad_scale.load(checkpoint["grad_scale"])
             self.writer.opened.write_history(checkpoint["history"])
-        return int(checkpoint["rounds_done"])
+            self.writer.opened.cut_client_rows(rounds_done)
+        return rounds_done
 
     def resume_point(self, ckpt_path: str | None, config: dict[str, Any],
                      rounds: int) -> tuple[Path | None, dict[str, Any] | None]:
@@ -165,18 +170,21 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
                                 for i in range(datamodule.num_clients)])
     memory_format = place_client(model, fabric, options.memory_format)
     state = model.state_dict()
+    join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
+                                 options.random_join_ratio)
     # Every process starts from rank 0's initial model, however it was built.
     rule.setup(dist.broadcast({k: state[k].detach().clone() for k in model.partition.shared},
                               device),
-               ServerContext(datamodule.num_clients, options.rounds, options.join_ratio,
+               ServerContext(datamodule.num_clients, options.rounds, join_ratio,
                              options.seed, options.weighting, datamodule.public_inputs()))
     holds_clients = engine is None or engine.holds_clients
     population = Population(
         datamodule, dist if holds_clients else OwnedClients(fabric, ()),
         dist.broadcast(model.client_state()), options.client_state_storage,
         options.client_state_dir or options.default_root_dir, options.rounds,
-        options.join_ratio, options.batch_size, memory_format)
-    loop = LocalLoop(fabric, options.batch_size, **options.local_options)
+        join_ratio, options.batch_size, memory_format)
+    loop = LocalLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
+                     **options.local_options)
     runtime = ClientRuntime(fabric, model, population, loop, options.seed, options.local_epochs,
                             options.eval_batch_size, options.share_class_counts)
     evaluator = Evaluator(fabric, dist, population,
@@ -190,14 +198,17 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
     grad_scale = RoundGradScale(runtime.grad_scale.initial)
     protocol = RoundProtocol(rule, engine, evaluator, dist, model, datamodule.num_clients,
                              options.rounds, options.join_ratio, options.drop_rate,
-                             options.weighting, options.seed, options.eval_every, grad_scale)
+                             options.weighting, options.seed, options.eval_every, grad_scale,
+                             options.random_join_ratio)
     method = type(model).__name__
     writer = RunWriter(
         dist, options.default_root_dir,
         options.run_name or default_run_name(model, datamodule, options.seed, engine.name),
         options.loggers,
         options.wandb_group or f"{method}-{datamodule.source}-{datamodule.partition}",
-        options.wandb_project, options.progress_bar, options.verbose)
+        options.wandb_project, options.progress_bar, options.verbose, options.report_last,
+        options.per_client_scores,
+        datamodule.client_names() if options.per_client_scores else None)
     return Run(model, datamodule, rule, dist, population, runtime, evaluator, engine,
                grad_scale, protocol, writer, memory_format == torch.channels_last, notes)
 
@@ -211,6 +222,8 @@ def simulator_engine(options: TrainerOptions,
     refusal = batching_refusal(runtime.client, options.precision,
                                options.local_options["optimizer_state"],
                                options.local_options["gradient_clip_val"])
+    if refusal is None and options.max_local_steps is not None:
+        refusal = "max_local_steps caps steps across phases, which the loop counts"
     if refusal is None:
         return BatchedEngine(runtime, options.batched_clients), None
     return LocalEngine(runtime), (f"fedlight: batched_clients: {options.batched_clients} not "

@@ -155,13 +155,17 @@ class LocalLoop:
             through the module's ``configure_gradient_clipping``; ``None`` = no clipping.
         gradient_clip_algorithm: ``norm`` or ``value``.
         optimizer_state: ``fresh`` (new optimizer every round) or ``persist`` (see module doc).
+        max_local_steps: at most this many optimizer steps in one :meth:`fit`, counted over
+            its phases in order (a phase reached after the cap trains no step); ``None`` = no
+            cap. A phase's own ``max_steps`` still applies within it.
     """
 
     def __init__(self, fabric: Fabric, batch_size: int = 10,
                  gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
-                 optimizer_state: str = "fresh") -> None:
+                 optimizer_state: str = "fresh", max_local_steps: int | None = None) -> None:
         self.fabric = fabric
         self.batch_size = batch_size
+        self.max_local_steps = max_local_steps
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.persist = optimizer_state == "persist"
@@ -170,7 +174,8 @@ class LocalLoop:
             phases: Sequence[Phase], optimizer_states: dict[int, dict[str, Any]] | None = None,
             ) -> LocalResult:
         """Run ``phases``, each epoch over ``epoch_batches()``, and take the upload after the
-        phase that asks for it (else after the last: core.client.upload_phase)."""
+        phase that asks for it (else after the last: core.client.upload_phase); stop
+        training after ``max_local_steps`` steps in all."""
         check_phases(client, phases)
         saved = dict(optimizer_states or {})
         upload: Upload | None = None
@@ -179,8 +184,9 @@ class LocalLoop:
         steps = 0
         client.on_train_start()
         for index, phase in enumerate(phases):
+            left = None if self.max_local_steps is None else self.max_local_steps - steps
             phase_loss, phase_steps, state = self.run_phase(client, phase, epoch_batches,
-                                                            saved.get(index))
+                                                            saved.get(index), step_limit=left)
             if not torch.isfinite(phase_loss):
                 context = client.context
                 raise non_finite_loss(client, phase, None if context is None else (
@@ -199,9 +205,12 @@ class LocalLoop:
                   epoch_batches: Callable[[], Iterable[Batch]],
                   optimizer_state: dict[str, Any] | None = None,
                   optimizer: torch.optim.Optimizer | None = None,
+                  step_limit: int | None = None,
                   ) -> tuple[Tensor, int, dict[str, Any] | None]:
-        """Train one phase: ``phase.epochs`` passes over ``epoch_batches()``. ``optimizer``
-        replaces ``configure_optimizers`` (e.g. a plain SGD step for an attack probe).
+        """Train one phase: ``phase.epochs`` passes over ``epoch_batches()``, ending after
+        ``phase.max_steps`` or ``step_limit`` steps, whichever comes first (None: no limit).
+        ``optimizer`` replaces ``configure_optimizers`` (e.g. a plain SGD step for an attack
+        probe).
         Returns the summed loss, the number of optimizer steps and, with ``persist``, the
         optimizer / scheduler state to restore next time."""
         client.phase = phase.name
@@ -224,7 +233,7 @@ class LocalLoop:
             # attribute through __getattr__ (~25 us a step: 5 % of a small MLP's step on CPU).
             optimizer = self.fabric.setup_optimizers(optimizer).optimizer  # type: ignore[union-attr]
             release_grads = not reads_stale_gradients(client)
-            budget = phase.max_steps if phase.max_steps is not None else float("inf")
+            budget = step_budget(phase.max_steps, step_limit)
             for epoch in range(phase.epochs):
                 if steps >= budget:
                     break
@@ -268,6 +277,11 @@ class LocalLoop:
                 free_gradients(optimizer)
         client.on_train_batch_end(output, batch, batch_idx)
         return None if loss is None else loss.detach().float()
+
+
+def step_budget(*limits: int | None) -> float:
+    """The smallest of ``limits`` that is not None (infinity when all are None)."""
+    return min((limit for limit in limits if limit is not None), default=float("inf"))
 
 
 def zero_gradients(optimizer: torch.optim.Optimizer) -> None:
@@ -359,4 +373,5 @@ def _cpu_copy(obj: Any) -> Any:
 
 __all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
            "check_phases", "free_gradients", "non_finite_loss", "only_trainable", "overrides",
-           "parse_optimizers", "reads_stale_gradients", "scale_lr", "zero_gradients"]
+           "parse_optimizers", "reads_stale_gradients", "scale_lr", "step_budget",
+           "zero_gradients"]

@@ -28,6 +28,11 @@ class TrainerOptions:
     Args:
         rounds: communication rounds.
         join_ratio: share of clients sampled each round (1.0 = all).
+        random_join_ratio: draw each round's share anew, uniformly between join_ratio and 1
+            (PFLlib's random_join_ratio, GPFL's Table 4: rho in [0.5, 1] is join_ratio 0.5
+            with this on): the count of participants is drawn from max(1, round(join_ratio *
+            N)) .. N from (seed, round), so a resumed run draws the same. Clients and server
+            rules that read the join ratio (MAP's HPM, DP's accountant) see its mean.
         drop_rate: share of each round's sampled clients that train but fail to report (their
             upload is not aggregated; their private state update is kept). Drawn from (seed,
             round); at least one client reports. Logged as dropped when positive.
@@ -38,6 +43,11 @@ class TrainerOptions:
             (as the CLI does), so the same seed gives the same run from Python too; False
             trains the module's current weights (e.g. pre-trained ones).
         local_epochs: local epochs E; a method's local_phases splits them.
+        max_local_steps: at most this many optimizer steps per client and round, counted over
+            all its local phases in order (a phase reached after the cap trains no step; the
+            upload is still taken after its phase), on top of any phase's own limit; the
+            fine-tuning of evaluation phases is not counted; batched_clients then trains one
+            client after another. None = no cap. Where to privatize caps Shakespeare at 250.
         batch_size: local mini-batch size.
         optimizer_state: fresh (a new optimizer every round) or persist (each client's
             optimizer and scheduler state is kept between rounds and in checkpoints).
@@ -46,6 +56,15 @@ class TrainerOptions:
         gradient_clip_algorithm: norm or value.
         eval_every: evaluate every this many rounds (the last round always is).
         eval_batch_size: batch size of evaluation.
+        report_last: the summary's mean_last_<metric> (summary.json, the final table,
+            fedlight report and sweep tables: "mean last-<n>") averages this many last
+            evaluated rounds. Where to privatize selects on the mean of the last 5.
+        per_client_scores: write per_client_rounds.csv in the run folder: one row per client
+            and evaluated round with the client's scores (accuracy, loss, AUC, macro-F1 and
+            test samples of each of its models: personalized, val_personalized where
+            data.val_fraction > 0, a method's other heads) and the name of its domain or group
+            where the data has one; appended each evaluated round, cut back to the checkpoint
+            on resume. fedlight sweep turns it on for every run.
         evaluate_after_local_training: score each participant's personalized accuracy right
             after its local training (MAP's protocol) whatever the method; False scores every
             client from its stored state; None (default) keeps the method's own choice (MAP and
@@ -111,17 +130,21 @@ class TrainerOptions:
         self,
         rounds: int = 100,
         join_ratio: float = 1.0,
+        random_join_ratio: bool = False,
         drop_rate: float = 0.0,
         weighting: Literal["samples", "uniform"] = "samples",
         seed: int = 0,
         reinitialize: bool = True,
         local_epochs: int = 1,
+        max_local_steps: int | None = None,
         batch_size: int = 10,
         optimizer_state: Literal["fresh", "persist"] = "fresh",
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         eval_every: int = 1,
         eval_batch_size: int = 512,
+        report_last: int = 10,
+        per_client_scores: bool = False,
         evaluate_after_local_training: bool | None = None,
         share_class_counts: bool = True,
         default_root_dir: str = "runs",
@@ -153,6 +176,7 @@ class TrainerOptions:
             raise ConfigError(f"trainer.batched_clients must be a positive integer, got "
                               f"{batched_clients!r} (1 trains clients one after another)")
         check_sharing(join_ratio, drop_rate, weighting)
+        check_protocol(max_local_steps, report_last)
         check_processes(strategy, precision, threads, client_state_storage)
         check_local_loop(optimizer_state, gradient_clip_val, gradient_clip_algorithm)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
@@ -164,6 +188,8 @@ class TrainerOptions:
         self.eval_every, self.eval_batch_size = eval_every, eval_batch_size
         self.evaluate_after_local_training = evaluate_after_local_training
         self.share_class_counts = share_class_counts
+        self.random_join_ratio, self.max_local_steps = random_join_ratio, max_local_steps
+        self.report_last, self.per_client_scores = report_last, per_client_scores
         self.default_root_dir, self.run_name = Path(default_root_dir), run_name
         self.loggers = normalize_loggers(logger)
         self.wandb_project, self.wandb_group = wandb_project, wandb_group
@@ -200,6 +226,30 @@ def check_sharing(join_ratio: float, drop_rate: float, weighting: str) -> None:
 
 #: ``trainer.threads`` values that are not a thread count.
 THREAD_RULES = ("auto", None)
+
+
+def check_protocol(max_local_steps: int | None, report_last: int) -> None:
+    """Refuse a step cap that is not a positive integer or None, and a reporting window
+    below 1."""
+    if max_local_steps is not None and (isinstance(max_local_steps, bool) or not isinstance(
+            max_local_steps, int) or max_local_steps < 1):
+        raise ConfigError(f"trainer.max_local_steps must be a positive integer or None (no "
+                          f"cap), got {max_local_steps!r}")
+    if isinstance(report_last, bool) or not isinstance(report_last, int) or report_last < 1:
+        raise ConfigError(f"trainer.report_last must be an integer >= 1 (evaluated rounds "
+                          f"averaged in mean_last_*), got {report_last!r}")
+
+
+#: Options added after runs were checkpointed, at the value that computes what runs computed
+#: before they existed: a run records them (and a resume compares them) only at another
+#: value, so checkpoints written before they existed still resume.
+ADDED_OPTION_DEFAULTS: dict[str, Any] = {"random_join_ratio": False, "max_local_steps": None}
+
+
+def added_options(options: TrainerOptions) -> dict[str, Any]:
+    """The ADDED_OPTION_DEFAULTS options that ``options`` sets to another value."""
+    return {name: getattr(options, name) for name, default in ADDED_OPTION_DEFAULTS.items()
+            if getattr(options, name) != default}
 
 
 def check_processes(strategy: str, precision: str, threads: int | str | None,
@@ -263,5 +313,6 @@ def normalize_loggers(logger: bool | str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-__all__ = ["THREAD_RULES", "TrainerOptions", "check_counts", "check_local_loop",
-           "check_processes", "check_sharing", "check_threads", "normalize_loggers"]
+__all__ = ["ADDED_OPTION_DEFAULTS", "THREAD_RULES", "TrainerOptions", "added_options",
+           "check_counts", "check_local_loop", "check_processes", "check_protocol",
+           "check_sharing", "check_threads", "normalize_loggers"]

@@ -4,7 +4,7 @@ one way to load client ``i`` into the live module for round ``r``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from fedlight.federation.processes.collectives import Distributed
 from fedlight.federation.state.stores import ClientStore, make_store
 
 Batch = tuple[Tensor, Tensor]
+Augmentation = Callable[[Tensor, torch.Generator], Tensor]
 
 
 class Population:
@@ -55,6 +56,8 @@ class Population:
             place(datamodule.client_val(i)) if mine else None  # type: ignore[misc]
             for i, mine in enumerate(owned)]
         self.class_counts = [datamodule.class_counts(i) for i in range(self.num_clients)]
+        #: ``(x, generator) -> x``: the random augmentation of training batches (data.augment)
+        self.augmentation: Augmentation | None = datamodule.augmentation
         self.initial_private = initial_private
         self.states: ClientStore = make_store(storage, initial_private, self.num_clients,
                                               storage_dir)

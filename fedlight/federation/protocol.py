@@ -82,22 +82,26 @@ class RoundProtocol:
         client: the live client module (scores the global model).
         num_clients, rounds, join_ratio, drop_rate, weighting, seed, eval_every: the run's.
         grad_scale: the fp16 loss scale.
+        random_join_ratio: draw each round's share of participants between join_ratio and 1.
     """
 
     def __init__(self, rule: ServerRule, engine: ClientEngine, evaluator: Evaluator,
                  dist: Distributed, client: FederatedClient, num_clients: int, rounds: int,
                  join_ratio: float, drop_rate: float, weighting: str, seed: int,
-                 eval_every: int, grad_scale: RoundGradScale) -> None:
+                 eval_every: int, grad_scale: RoundGradScale,
+                 random_join_ratio: bool = False) -> None:
         self.rule, self.engine, self.evaluator, self.dist = rule, engine, evaluator, dist
         self.client = client
         self.num_clients, self.rounds, self.join_ratio = num_clients, rounds, join_ratio
         self.drop_rate, self.weighting, self.seed = drop_rate, weighting, seed
         self.eval_every, self.grad_scale = eval_every, grad_scale
+        self.random_join_ratio = random_join_ratio
         self.keep_from = 0  # the newest checkpointed round (see TrainTask.keep_from)
 
     def plan(self, round_idx: int) -> RoundPlan:
         """The participants, the dropped and the evaluation decision of round_idx."""
-        participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx)
+        participants = sample_clients(self.num_clients, self.join_ratio, self.seed, round_idx,
+                                      self.random_join_ratio)
         evaluate = (round_idx + 1) % self.eval_every == 0 or round_idx + 1 == self.rounds
         return RoundPlan(round_idx, participants,
                          set(drop_clients(participants, self.drop_rate, self.seed, round_idx)),

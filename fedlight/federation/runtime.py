@@ -141,9 +141,20 @@ class ClientRuntime:
 
     # ----------------------------------------------------------------- training
     def batches(self, client_id: int, generator: torch.Generator) -> Iterator[Batch]:
-        """One epoch of ``client_id``'s training batches, shuffled by ``generator``."""
-        return iterate_batches(*self.population.train_data[client_id], self.loop.batch_size,
-                               generator)
+        """One epoch of ``client_id``'s training batches, shuffled by ``generator`` and, with
+        ``data.augment``, each augmented on its device as it is drawn, from the same
+        ``generator`` (after the epoch's order): so a client's augmentations are a function of
+        ``(seed, round, client)``, differ across clients and rounds, repeat on resume and come
+        in the same order whichever engine draws them. Evaluation data, and the training data
+        a method reads itself (``context.train_data``: MAP's BatchNorm re-estimation,
+        prototypes), are never augmented; the fine-tuning of evaluation phases trains on
+        augmented batches like local training."""
+        batches = iterate_batches(*self.population.train_data[client_id], self.loop.batch_size,
+                                  generator)
+        augmentation = self.population.augmentation
+        if augmentation is None:
+            return batches
+        return ((augmentation(x, generator), y) for x, y in batches)
 
     def start(self, task: TrainTask) -> torch.Generator:
         """Load the task's client for training: the global generators and its batch order

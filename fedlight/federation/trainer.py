@@ -218,7 +218,7 @@ class FederatedTrainer(TrainerOptions):
                 row = self._run_round(round_idx)
                 if row is not None:
                     self.history.append(row)
-                    run.writer.append(row)
+                    run.writer.append(row, self.last_client_scores)
                 self.rounds_done = round_idx + 1
                 progress.update(self.rounds_done, self.history[-1] if self.history else {})
                 stop = bool(run.dist.broadcast(signals.requested))  # rank 0 decides for all

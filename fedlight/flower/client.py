@@ -29,6 +29,7 @@ from flwr.clientapp import ClientApp
 from fedlight.config import RunConfig
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.core.seeding import mean_join_ratio
 from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import OwnedClients
@@ -78,11 +79,13 @@ class ClientNode:
         trainer = run.trainer
         population = Population(
             run.datamodule, OwnedClients(trainer.fabric, [client_id]), prepared.initial_private,
-            "memory", None, trainer.rounds, trainer.join_ratio, trainer.batch_size,
-            prepared.memory_format)
+            "memory", None, trainer.rounds,
+            mean_join_ratio(num_clients, trainer.join_ratio, trainer.random_join_ratio),
+            trainer.batch_size, prepared.memory_format)
         self.runtime = ClientRuntime(
             trainer.fabric, run.model, population,
-            LocalLoop(trainer.fabric, trainer.batch_size, **trainer.local_options),
+            LocalLoop(trainer.fabric, trainer.batch_size, max_local_steps=trainer.max_local_steps,
+                      **trainer.local_options),
             trainer.seed, trainer.local_epochs, trainer.eval_batch_size,
             trainer.share_class_counts)
         self.client_id = client_id

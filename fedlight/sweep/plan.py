@@ -14,10 +14,12 @@ from fedlight.sweep import runner
 from fedlight.sweep.spec import Cell, Sweep, SweepError
 
 #: Trainer options every cell runs with, whatever its sweep file says: how a run reports
-#: (a sweep prints one line per run, and its tables read the files each run writes). The
-#: one place where a sweep turns an output of ``fedlight fit`` on for every cell; being
-#: about output, these are left out of the cache key (OUTPUT_KEYS).
-CELL_TRAINER_OPTIONS: dict[str, Any] = {"progress_bar": False, "verbose": False}
+#: (a sweep prints one line per run, and its tables read the files each run writes, such as
+#: the per-client scores of every evaluated round). The one place where a sweep turns an
+#: output of ``fedlight fit`` on for every cell; being about output, these are left out of
+#: the cache key (OUTPUT_KEYS).
+CELL_TRAINER_OPTIONS: dict[str, Any] = {"progress_bar": False, "verbose": False,
+                                        "per_client_scores": True}
 #: Entries that say where and how a run reports, not what it computes: left out of the key.
 OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
                "trainer.wandb_project", "trainer.wandb_group", "trainer.checkpoint_every",
@@ -26,7 +28,9 @@ OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
 #: Options added after sweeps were cached, at the value that computes what runs computed
 #: before the option existed: left out of the key at that value, so finished cells stay valid.
 NEUTRAL_DEFAULTS = {"trainer.batched_clients": 1, "data.balanced": True, "data.augment": None,
-                    "data.first_per_class": None, "data.surplus_train": "drop"}
+                    "data.first_per_class": None, "data.surplus_train": "drop",
+                    "trainer.max_local_steps": None, "trainer.random_join_ratio": False,
+                    "trainer.report_last": 10}
 
 
 def get(config: Mapping[str, Any], dotted: str) -> Any:

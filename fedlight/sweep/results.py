@@ -42,7 +42,7 @@ def write_runs_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> Non
     """One row per run: its labels, seed, rounds, every table column and its folder."""
     from fedlight.report import table_columns
 
-    columns = table_columns(extra)
+    columns = table_columns(extra, runs)
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["method", "setting", "seed", "rounds", *[t for t, _, _ in columns],

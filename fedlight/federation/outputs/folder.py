@@ -1,6 +1,7 @@
-"""The run folder: metrics CSV, JSON and text files, checkpoints folder and loggers. Every
-whole-file write goes through fedlight.core.files.atomic_write. Only rank 0 writes; the other
-ranks hold a SilentRunFolder with the same path."""
+"""The run folder: metrics CSV (and, when asked, the per-client CSV), JSON and text files,
+checkpoints folder and loggers. Every whole-file write goes through
+fedlight.core.files.atomic_write. Only rank 0 writes; the other ranks hold a SilentRunFolder
+with the same path."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ HEADLINE_COLUMNS = (
     "round", "global_accuracy", "personalized_accuracy", "personalized_accuracy_std",
     "train_loss", "seconds",
 )
+#: The per-client, per-round scores (trainer.per_client_scores) and their first columns.
+CLIENT_ROUNDS = "per_client_rounds.csv"
+CLIENT_HEADLINE = ("round", "client")
 
 
 def finite_or_none(value: Any) -> Any:
@@ -29,13 +33,64 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
+class CsvLog:
+    """A CSV file that grows by rows: appended in place, and rewritten whole (atomically,
+    :func:`fedlight.core.files.atomic_write`) when a row brings a new column or rows are
+    taken back. Its columns are the ``headline`` ones present, then the others in the order
+    they first appear."""
+
+    def __init__(self, path: Path, headline: Sequence[str]) -> None:
+        self.path, self.headline = path, tuple(headline)
+        self.columns: list[str] = []
+
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``rows`` (non-finite floats as empty cells)."""
+        if not rows:
+            return
+        keys = list(dict.fromkeys(k for row in rows for k in row))
+        new_columns = [k for k in keys if k not in self.columns]
+        if new_columns and self.columns:
+            # A column appeared for the first time: rewrite the file with the wider header.
+            self.rewrite(self.read(), [*self.columns, *new_columns])
+        elif new_columns:
+            self.rewrite([], [*self.headline, *[k for k in keys if k not in self.headline]])
+        with self.path.open("a", newline="") as handle:
+            writer = csv.DictWriter(handle, self.columns)
+            for row in rows:
+                writer.writerow({k: finite_or_none(row.get(k)) for k in self.columns})
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows as written (strings; a short last line, as a crash mid-write leaves, has
+        None in the columns it lacks)."""
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as handle:
+            return list(csv.DictReader(handle))
+
+    def rewrite(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+        """Replace the file by ``rows`` under ``columns``."""
+        self.columns = list(columns)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, self.columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k) for k in self.columns})
+        atomic_write(self.path, lambda stream: stream.write(text.getvalue().encode()))
+
+    def clear(self) -> None:
+        """Remove the file (the next append starts it anew)."""
+        self.columns = []
+        self.path.unlink(missing_ok=True)
+
+
 class RunFolder:
     """Everything a run writes, under ``<root>/<name>/``."""
 
     def __init__(self, path: Path, loggers: Sequence[str], group: str, wandb_project: str) -> None:
         self.path = path
         self.loggers = Loggers(loggers, path, group, wandb_project)
-        self.columns: list[str] = []
+        self.metrics = CsvLog(path / "metrics.csv", HEADLINE_COLUMNS)
+        self.client_rounds = CsvLog(path / CLIENT_ROUNDS, CLIENT_HEADLINE)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -43,7 +98,7 @@ class RunFolder:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.csv"
+        return self.metrics.path
 
     def create(self) -> None:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -61,47 +116,46 @@ class RunFolder:
     # ----------------------------------------------------------------- metrics
     def write_history(self, history: Sequence[Mapping[str, Any]]) -> None:
         """Rewrite ``metrics.csv`` from the full history (used on resume)."""
-        self.columns = []
-        if self.metrics_path.exists():
-            self.metrics_path.unlink()
+        self.metrics.clear()
         for row in history:
             self.append_row(row, to_loggers=False)
 
     def append_row(self, row: Mapping[str, Any], to_loggers: bool = True) -> None:
-        new_columns = [k for k in row if k not in self.columns]
-        if new_columns and self.columns:
-            # A metric appeared for the first time: rewrite the file with the wider header.
-            previous = self.read_rows()
-            self.columns = [*self.columns, *new_columns]
-            self._write_rows(previous)
-        elif new_columns:
-            self.columns = [*HEADLINE_COLUMNS, *[k for k in row if k not in HEADLINE_COLUMNS]]
-            self._write_rows([])
-        with self.metrics_path.open("a", newline="") as handle:
-            csv.DictWriter(handle, self.columns).writerow(
-                {k: finite_or_none(row.get(k)) for k in self.columns})
+        self.metrics.append([row])
         if to_loggers:
             self.loggers.log_row(row)
 
     def read_rows(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.exists():
-            return []
-        with self.metrics_path.open() as handle:
-            return list(csv.DictReader(handle))
+        return self.metrics.read()
 
-    def _write_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: row.get(k) for k in self.columns})
-        self.write_text("metrics.csv", text.getvalue())
+    # ----------------------------------------------------------------- per-client scores
+    def append_client_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append one evaluated round's per-client rows to ``per_client_rounds.csv``."""
+        self.client_rounds.append(rows)
+
+    def cut_client_rows(self, rounds_done: int) -> None:
+        """Keep the rows of ``per_client_rounds.csv`` up to round ``rounds_done`` (a resume
+        from that round's checkpoint writes the later ones again); a line left short by a
+        crash mid-write goes too."""
+        log = self.client_rounds
+        rows = log.read()
+        if not rows:
+            return
+        kept = [row for row in rows if None not in row.values() and _round(row) <= rounds_done]
+        log.rewrite(kept, list(rows[0]))
 
     def write_json(self, name: str, obj: Any) -> None:
         self.write_text(name, json.dumps(obj, indent=1, default=finite_or_none))
 
     def write_text(self, name: str, text: str) -> None:
         atomic_write(self.path / name, lambda stream: stream.write(text.encode()))
+
+
+def _round(row: Mapping[str, Any]) -> float:
+    try:
+        return float(row["round"])
+    except (TypeError, ValueError):
+        return math.inf
 
 
 class SilentRunFolder(RunFolder):
@@ -117,10 +171,15 @@ class SilentRunFolder(RunFolder):
 
     def append_row(self, row: Mapping[str, Any], to_loggers: bool = True) -> None: ...
 
+    def append_client_rows(self, rows: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def cut_client_rows(self, rounds_done: int) -> None: ...
+
     def read_rows(self) -> list[dict[str, Any]]:
         return []
 
     def write_text(self, name: str, text: str) -> None: ...
 
 
-__all__ = ["HEADLINE_COLUMNS", "RunFolder", "SilentRunFolder", "finite_or_none"]
+__all__ = ["CLIENT_HEADLINE", "CLIENT_ROUNDS", "CsvLog", "HEADLINE_COLUMNS", "RunFolder",
+           "SilentRunFolder", "finite_or_none"]

@@ -56,11 +56,17 @@ class RoundProgress:
 
 
 def final_table(summary: Mapping[str, Any]) -> Table | str:
-    """The summary as a two-column rich table, rendered to text."""
+    """The summary as a two-column rich table, rendered to text (``mean_last_<metric>`` shown
+    as ``mean last-<n> <metric>``, n its ``report_last``)."""
     table = Table(title="fedlight summary", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    window = summary.get("report_last")
     for key, value in summary.items():
+        if key == "report_last":
+            continue
+        if key.startswith("mean_last_") and window is not None:
+            key = f"mean last-{window} {key[len('mean_last_'):]}"
         if isinstance(value, (int, float, str)) or value is None:
             table.add_row(key, _fmt(value))
     console = Console(width=100, record=True)

@@ -17,14 +17,16 @@ VALIDATION_KEY = "val_personalized_accuracy"
 SUMMARY_METRICS = ("personalized_accuracy", "global_accuracy")
 
 
-#: ``mean_last_<metric>`` in the summary averages this many last evaluated rounds: unlike the
-#: best round, it is not biased upward when each round scores a different client subset
+#: ``mean_last_<metric>`` in the summary averages this many last evaluated rounds by default
+#: (trainer.report_last): unlike the best round, it is not biased upward when each round
+#: scores a different client subset
 MEAN_LAST_ROUNDS = 10
 
 
-def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Best, last and mean of the last MEAN_LAST_ROUNDS evaluated rounds of every accuracy
-    column (None where the method has no such model).
+def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any],
+              last: int = MEAN_LAST_ROUNDS) -> dict[str, Any]:
+    """Best, last and mean of the ``last`` last evaluated rounds (``report_last`` in the
+    summary) of every accuracy column (None where the method has no such model).
 
     A column with a validation counterpart (val_<column>, when data.val_fraction > 0) has
     its best round chosen on validation and reported on test: best_<column> is the test
@@ -43,9 +45,10 @@ def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) ->
         summary[f"best_{key}"] = None if best is None else best[key]
         summary[f"best_{key}_round"] = None if best is None else best["round"]
         summary[f"last_{key}"] = values[-1][0] if values else None
-        tail = [value for value, _ in values[-MEAN_LAST_ROUNDS:]]
+        tail = [value for value, _ in values[-last:]]
         summary[f"mean_last_{key}"] = sum(tail) / len(tail) if tail else None
     summary["best_selected_on"] = "validation" if validated else "test"
+    summary["report_last"] = last
     summary.update(extra)
     return summary
 

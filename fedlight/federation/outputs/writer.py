@@ -5,15 +5,16 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedlight import __version__
+from fedlight.core.messages import Score
 from fedlight.federation.outputs.checkpoints import LAST, find_checkpoint, save_checkpoint
 from fedlight.federation.outputs.folder import RunFolder, SilentRunFolder
 from fedlight.federation.outputs.progress import RoundProgress, final_table
-from fedlight.federation.outputs.summary import plot_curves, summarize
+from fedlight.federation.outputs.summary import MEAN_LAST_ROUNDS, plot_curves, summarize
 from fedlight.federation.processes.collectives import Distributed
 
 
@@ -29,14 +30,21 @@ class RunWriter:
         wandb_project: the W&B project.
         progress_bar: show a progress bar over rounds.
         verbose: print the partition table and the final summary table.
+        report_last: the summary's ``mean_last_*`` window (evaluated rounds).
+        client_rows: write per_client_rounds.csv (trainer.per_client_scores).
+        client_names: each client's domain or group name, where the data has them.
     """
 
     def __init__(self, dist: Distributed, root: Path, run_name: str, loggers: list[str],
-                 group: str, wandb_project: str, progress_bar: bool, verbose: bool) -> None:
+                 group: str, wandb_project: str, progress_bar: bool, verbose: bool,
+                 report_last: int = MEAN_LAST_ROUNDS, client_rows: bool = False,
+                 client_names: Sequence[str | None] | None = None) -> None:
         self.dist = dist
         self.root, self.run_name = root, run_name
         self.loggers, self.group, self.wandb_project = loggers, group, wandb_project
         self.progress_bar, self.verbose = progress_bar, verbose
+        self.report_last, self.client_rows = report_last, client_rows
+        self.client_names = client_names
         self.folder: RunFolder | None = None
 
     # ----------------------------------------------------------------- opening
@@ -99,8 +107,13 @@ class RunWriter:
             raise RuntimeError("the run folder is not open yet")
         return self.folder
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: dict[str, Any],
+               client_scores: Mapping[int, Mapping[str, Score]] | None = None) -> None:
+        """Write an evaluated round's row and, with ``client_rows``, its clients' scores."""
         self.opened.append_row(row)
+        if self.client_rows and client_scores:
+            self.opened.append_client_rows(
+                client_score_rows(row["round"], client_scores, self.client_names))
 
     def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> None:
         if self.dist.is_writer:
@@ -111,7 +124,7 @@ class RunWriter:
                per_client: list[dict[str, Any]]) -> dict[str, Any]:
         """Write ``summary.json``, ``per_client.json`` and the plot; print the final table."""
         folder = self.opened
-        summary = summarize(history, {**extra, "run_dir": str(folder.path)})
+        summary = summarize(history, {**extra, "run_dir": str(folder.path)}, self.report_last)
         if not self.dist.is_writer:
             return summary
         folder.write_json("summary.json", summary)
@@ -161,6 +174,23 @@ class RunWriter:
                                if isinstance(v, float) and k.endswith("accuracy")}))
 
 
+def client_score_rows(round_number: int, scores: Mapping[int, Mapping[str, Score]],
+                      names: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
+    """One row per client of an evaluated round: round, client, its name (where ``names``
+    has one), then accuracy, loss, AUC, macro-F1 and test samples of each scored model."""
+    rows = []
+    for client, by_model in sorted(scores.items()):
+        row: dict[str, Any] = {"round": round_number, "client": client}
+        if names is not None:
+            row["client_name"] = names[client]
+        for model, score in sorted(by_model.items()):
+            row.update({f"{model}_accuracy": score.accuracy, f"{model}_loss": score.loss,
+                        f"{model}_auc": score.auc, f"{model}_macro_f1": score.macro_f1,
+                        f"{model}_samples": score.total})
+        rows.append(row)
+    return rows
+
+
 def write_header(folder: RunFolder, config: str, datamodule: Any, notes: list[str],
                  verbose: bool) -> None:
     """A new run folder's first files: config.yaml (headed by the fedlight that wrote it, a
@@ -174,4 +204,4 @@ def write_header(folder: RunFolder, config: str, datamodule: Any, notes: list[st
             print(note)
 
 
-__all__ = ["RunWriter", "write_header"]
+__all__ = ["RunWriter", "client_score_rows", "write_header"]
