@@ -571,7 +571,7 @@ TABLES_ARE_RECORDS: dict[str, str] = {
     "benchmarks/README.md": "the scripts of benchmarks/, each named in its section",
     "benchmarks/results/baselines.md": "fedlight sweep (report.md of the run)",
     "benchmarks/results/cpu_speed.md": "benchmarks/vs_pfllib.py, floor.py, speed.py",
-    "benchmarks/results/fedpick.md": "benchmarks/fedpick_table.py",
+    "benchmarks/results/fedpick.md": "benchmarks/fedpick_table.py (as of commit c84b6b0)",
     "benchmarks/results/gpfl.md": "benchmarks/gpfl_table.py (before commit c563c7c)",
     "benchmarks/results/gpu.md": "benchmarks/gpu.py, benchmarks/floor.py",
     "benchmarks/results/map.md": "benchmarks/map_table.py (before commit c563c7c)",
