@@ -50,3 +50,16 @@ def _machine_busy(monkeypatch):
 @pytest.fixture
 def data() -> FederatedDataModule:
     return tiny_data()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A test's own decode-cache folder (FEDLIGHT_CACHE), to check what a source wrote there."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FEDLIGHT_CACHE", str(folder))
+    return folder
+
+
+def cached_files(folder):
+    """The files under a cache folder, sorted (none when it was never created)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []

@@ -17,21 +17,16 @@ from fedlight.cli import main
 from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
 from fedlight.data.sources import load_source
+from tests.conftest import cached_files
 from tests.test_pfllib import write_pfllib_folder
 from tests.test_sources import write_mnist
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FEDLIGHT_CACHE", str(folder))
-    return folder
+#: every test decodes into its own cache folder
+pytestmark = pytest.mark.usefixtures("cache")
 
-
-def cache_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
 # ---------------------------------------------------------------------------- image_size
@@ -139,16 +134,16 @@ def test_first_per_class_keeps_the_first_files_of_each_class_in_name_order(tmp_p
 def test_first_per_class_gets_its_own_cache_entries(tmp_path, cache):
     write_named_classes(tmp_path)
     load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
-    assert len(cache_files(cache)) == 2
+    assert len(cached_files(cache)) == 2
     load_source("imagefolder", root=tmp_path, first_per_class=[3, 1])  # the same test files
-    assert len(cache_files(cache)) == 3
+    assert len(cached_files(cache)) == 3
     load_source("imagefolder", root=tmp_path)
-    assert len(cache_files(cache)) == 5
+    assert len(cached_files(cache)) == 5
     from fedlight.data import imagefolder
 
     imagefolder._load.cache_clear()  # read back from the cache: still the first files only
     again = load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
-    assert len(again.y_train) == 4 and len(cache_files(cache)) == 5
+    assert len(again.y_train) == 4 and len(cached_files(cache)) == 5
 
 
 def test_first_per_class_reaches_the_folder_source_from_the_data_module(tmp_path):
@@ -181,7 +176,7 @@ def test_a_truncated_test_image_leaves_no_cache_of_the_train_split(tmp_path, cac
     with pytest.raises(ValueError, match=f"cannot read image {bad}") as error:
         load_source("imagefolder", root=root)
     assert "\n" not in str(error.value)
-    assert cache_files(cache) == []
+    assert cached_files(cache) == []
     bad.write_bytes(content)  # repaired: both splits load and are cached
     load_source("imagefolder", root=root)
-    assert len(cache_files(cache)) == 2
+    assert len(cached_files(cache)) == 2

@@ -16,21 +16,15 @@ from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
 from fedlight.data.images import to_source
 from fedlight.data.sources import SOURCES, _from_arrays, load_source
+from tests.conftest import cached_files
 
 # The shared data sit beside the repository (CI provides them there): ../shared/data/cifar10.
 CIFAR10_PNG = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch) -> Path:
-    """Every test caches into its own folder (and can check what was written there)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FEDLIGHT_CACHE", str(folder))
-    return folder
+#: every test decodes into its own cache folder
+pytestmark = pytest.mark.usefixtures("cache")
 
-
-def cached_files(folder: Path) -> list[Path]:
-    return sorted(folder.rglob("*")) if folder.exists() else []
 
 
 def test_every_folder_source_is_registered() -> None:
