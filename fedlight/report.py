@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.files import csv_number
 
 PARTITION_PARAMETER = {"dirichlet": "beta", "pathological": "classes_per_client",
                        "shards": "shards_per_client"}
@@ -74,13 +75,6 @@ def _setting(config: dict[str, Any]) -> str:
     return f"{data.get('source', '?')}/{partition}{suffix}"
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def read_run(path: str | Path) -> Run:
     """Read a run folder written by ``FederatedTrainer`` (clear error when it is not one)."""
     path = Path(path)
@@ -93,7 +87,7 @@ def read_run(path: str | Path) -> Run:
     config_path = path / "config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
     with (path / "metrics.csv").open() as handle:
-        history = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        history = [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
     per_client_path = path / "per_client.json"
     per_client = {}
     if per_client_path.is_file():

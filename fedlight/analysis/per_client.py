@@ -30,19 +30,13 @@ from typing import Any
 
 from fedlight.analysis.outputs import write_csv
 from fedlight.core.errors import ConfigError, FedlightError, MissingFileError
+from fedlight.core.files import csv_number
 from fedlight.errors import exit_with_error
 from fedlight.federation.outputs.folder import CLIENT_ROUNDS
 
 #: How a client's rounds reduce to one number.
 REDUCTIONS = ("best", "last")
 AVERAGE = "Avg"
-
-
-def _number(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
 
 
 def read_client_rounds(path: str | Path) -> list[dict[str, str]]:
@@ -82,9 +76,9 @@ def client_scores(rows: Sequence[Mapping[str, str]], metric: str, over: str = "b
     for row in rows:
         client = int(row["client"])
         names[client] = row.get("client_name") or f"client {client}"
-        value = _number(row.get(metric))
+        value = csv_number(row.get(metric))
         if math.isfinite(value):
-            series[client].append((_number(row["round"]), value))
+            series[client].append((csv_number(row["round"]), value))
     reduce = (lambda points: max(v for _, v in points)) if over == "best" else (
         lambda points: max(points)[1])
     return {client: (names[client], reduce(points))

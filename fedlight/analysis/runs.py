@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from torch import Tensor
 from fedlight.clients import CLIENTS
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.files import csv_number
 from fedlight.core.messages import TrainTask
 from fedlight.core.rules import WeightedSum, aggregation_weight
 from fedlight.core.seeding import mean_join_ratio
@@ -148,7 +148,7 @@ class FinishedRun:
             raise MissingFileError(f"{str(path)!r} does not exist; a finished run folder has "
                                    "metrics.csv")
         with path.open() as handle:
-            return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+            return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
     def _population(self) -> Population:
         config = self.trainer_config
@@ -165,13 +165,6 @@ class FinishedRun:
         if not 0 <= client_id < self.num_clients:
             raise ConfigError(f"client {client_id} does not exist in {str(self.folder)!r}; "
                               f"valid: 0..{self.num_clients - 1}")
-
-
-def _number(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
 
 
 def checkpoint_file(folder: Path, checkpoint: str) -> Path:

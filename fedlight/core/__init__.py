@@ -3,5 +3,6 @@
 client.py (phases, uploads, a client's context, shared / private partitions), rules.py (the
 server-rule contract and weighted sums), messages.py (a round's tasks, results, failures and
 scores, and the engine protocol), seeding.py (every random draw from (seed, round, client)),
-errors.py (user errors), files.py (the one atomic file write), host.py (the machine's cores).
+errors.py (user errors), files.py (the one atomic file write, and a CSV cell read back as a
+number), host.py (the machine's cores).
 """

@@ -1,5 +1,6 @@
 """The one way fedlight writes a file that must never be seen half-written: checkpoints, the
-run folder's files, the Flower nodes' client states, data caches and sweep records.
+run folder's files, the Flower nodes' client states, data caches and sweep records; and how a
+number of the CSV files it writes is read back (:func:`csv_number`).
 
 ``atomic_write`` writes into a temporary file beside the target, flushes and fsyncs it, renames
 it over the target and fsyncs the folder, so a crash or power cut leaves either the old file or
@@ -10,6 +11,7 @@ a full disk is reported as :class:`~fedlight.core.errors.DiskFullError` naming t
 from __future__ import annotations
 
 import errno
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -80,4 +82,16 @@ def fsync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-__all__ = ["DISK_FULL", "atomic_write", "fsync_folder"]
+def csv_number(cell: str | None) -> float:
+    """A cell of a CSV file fedlight wrote (``metrics.csv``, ``per_client_rounds.csv``, a
+    sweep's ``runs.csv``) as a number: NaN for an empty cell (a run writes a value that is not
+    finite as one), a cell the row lacks (None) and text that is not a number."""
+    if cell is None:
+        return math.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
+__all__ = ["DISK_FULL", "atomic_write", "csv_number", "fsync_folder"]

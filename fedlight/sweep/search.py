@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from fedlight.core.files import csv_number
 from fedlight.sweep.execute import finish
 from fedlight.sweep.plan import Planned, check_validation_split, plan_cell
 from fedlight.sweep.search_spec import SearchSpec
@@ -204,7 +205,7 @@ class StudyRunner:
                 self.study.tell(run.trial, state=TrialState.FAIL)
                 run.stop()
                 raise SweepError(error)
-            step, value = int(float(row["round"])), _number(row[metric])
+            step, value = int(float(row["round"])), csv_number(row[metric])
             run.reported[step] = value
             if math.isfinite(value):
                 run.trial.report(value, step)
@@ -236,13 +237,6 @@ class StudyRunner:
             self.study.tell(run.trial, state=TrialState.FAIL)
         else:
             self.study.tell(run.trial, best)
-
-
-def _number(text: str | None) -> float:
-    try:
-        return float(text) if text else math.nan
-    except ValueError:
-        return math.nan
 
 
 def run_search(sweep: Sweep, out: Path, jobs: int) -> None:
