@@ -23,7 +23,6 @@ otherwise)::
 from __future__ import annotations
 
 import argparse
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fedlight.analysis.outputs import save_figure, write_csv
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
@@ -125,52 +125,39 @@ def _correct_counts(model: Privatize, x: torch.Tensor, y: torch.Tensor,
 
 
 # ===================================================================== outputs
-def write_csv(rows: Sequence[dict[str, float]], path: str | Path) -> Path:
-    """The grid as a CSV table (one row per ``(alpha, beta)``)."""
-    path = Path(path)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str = "",
                  metric: str = "accuracy") -> Path:
     """Heatmap of ``metric`` over ``alpha`` (rows) and ``beta`` (columns), as the paper's
     Fig. 9; the best cell is outlined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     alphas = sorted({r["alpha"] for r in rows})
     betas = sorted({r["beta"] for r in rows})
     table = {(r["alpha"], r["beta"]): r[metric] for r in rows}
     grid = [[table[(a, b)] for b in betas] for a in alphas]
     size = max(4.0, 0.55 * len(betas) + 1.5)
-    figure, axes = plt.subplots(figsize=(size, size * 0.85))
-    image = axes.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
-    axes.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
-    axes.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
-    axes.set_xlabel("beta (weight of the shared classifier)")
-    axes.set_ylabel("alpha (weight of the shared encoder)")
-    if len(betas) <= 11:
-        low, high = min(map(min, grid)), max(map(max, grid))
-        for i, row in enumerate(grid):
-            for j, value in enumerate(row):
-                bright = high > low and (value - low) / (high - low) > 0.6
-                axes.text(j, i, f"{100 * value:.1f}", ha="center", va="center", fontsize=7,
-                          color="black" if bright else "white")
-    best = max(range(len(rows)), key=lambda k: rows[k][metric])
-    bi, bj = alphas.index(rows[best]["alpha"]), betas.index(rows[best]["beta"])
-    axes.add_patch(plt.Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
-    figure.colorbar(image, ax=axes, label=f"personalized {metric}")
-    axes.set_title(title or "interpolation between shared and private components")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return Path(path)
+
+    def draw(axes: Any) -> None:
+        ax = axes[0][0]
+        image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
+        ax.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
+        ax.set_xlabel("beta (weight of the shared classifier)")
+        ax.set_ylabel("alpha (weight of the shared encoder)")
+        if len(betas) <= 11:
+            low, high = min(map(min, grid)), max(map(max, grid))
+            for i, row in enumerate(grid):
+                for j, value in enumerate(row):
+                    bright = high > low and (value - low) / (high - low) > 0.6
+                    ax.text(j, i, f"{100 * value:.1f}", ha="center", va="center", fontsize=7,
+                            color="black" if bright else "white")
+        best = max(range(len(rows)), key=lambda k: rows[k][metric])
+        bi, bj = alphas.index(rows[best]["alpha"]), betas.index(rows[best]["beta"])
+        ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
+        ax.figure.colorbar(image, ax=ax, label=f"personalized {metric}")
+        ax.set_title(title or "interpolation between shared and private components")
+
+    return save_figure(Path(path), draw, (size, size * 0.85))
 
 
 # ===================================================================== command line
@@ -200,7 +187,7 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
     rows = interpolation_grid(model, datamodule, checkpoint, step=step, device=device)
     out_dir = Path(out) if out else run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = write_csv(rows, out_dir / "interpolation.csv")
+    csv_path = write_csv(out_dir / "interpolation.csv", rows)
     png_path = plot_heatmap(rows, out_dir / "interpolation.png", title=run_dir.name)
     best = max(rows, key=lambda r: r["accuracy"])
     return {"rows": rows, "best": best, "csv": csv_path, "png": png_path}
