@@ -22,9 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedlight.analysis.outputs import write_csv
-from fedlight.core.errors import ConfigError, FedlightError, MissingFileError
-from fedlight.errors import exit_with_error
+from fedlight.analysis.outputs import write_and_print, write_csv, write_text
+from fedlight.core.errors import ConfigError, MissingFileError
 
 PREFIX = "last dlg_psnr_"
 GUESS = "guess_"
@@ -102,10 +101,9 @@ def write_table(sweep_dir: str | Path, out: str | Path | None = None) -> list[Pa
                           "list the DLGProbe columns under the sweep's columns:")
     folder = Path(out) if out else Path(sweep_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    table = folder / "dlg_table.md"
     csv_path = write_csv(folder / "dlg_table.csv", rows)
-    table.write_text("PSNR (dB, lower = more private) of DLG reconstructions:\n\n"
-                     + markdown(rows) + "\n")
+    table = write_text(folder / "dlg_table.md", "PSNR (dB, lower = more private) of DLG "
+                       "reconstructions:\n\n" + markdown(rows) + "\n")
     return [csv_path, table]
 
 
@@ -116,13 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("sweep_dir", help="the folder a DLG sweep wrote (holds runs.csv)")
     parser.add_argument("--out", default=None, help="output folder (default: the sweep's)")
     args = parser.parse_args(argv)
-    try:
-        written = write_table(args.sweep_dir, args.out)
-    except FedlightError as error:
-        exit_with_error(error)
-    for path in written:
-        print(f"wrote {path}")
-    print(written[-1].read_text())
+    write_and_print(lambda: write_table(args.sweep_dir, args.out))
 
 
 __all__ = ["SUFFIXES", "cell_name", "cells", "main", "markdown", "write_table"]

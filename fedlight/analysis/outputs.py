@@ -1,4 +1,5 @@
-"""Writing an analysis's numbers (CSV) and figure (PNG, matplotlib's Agg backend)."""
+"""Writing an analysis's numbers (CSV), tables (Markdown) and figure (PNG, matplotlib's Agg
+backend), each whole or not at all (:func:`fedlight.core.files.atomic_write`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedlight.core.errors import FedlightError
 from fedlight.core.files import atomic_write
+from fedlight.errors import exit_with_error
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -21,7 +24,13 @@ def write_csv(path: Path, rows: Rows, columns: Sequence[str] | None = None) -> P
     writer = csv.DictWriter(text, fields)
     writer.writeheader()
     writer.writerows(rows)
-    atomic_write(path, lambda stream: stream.write(text.getvalue().encode()))
+    return write_text(path, text.getvalue())
+
+
+def write_text(path: Path, text: str) -> Path:
+    """``text`` (e.g. a Markdown table) written to a temporary file renamed over ``path``, so
+    the file is whole or absent."""
+    atomic_write(path, lambda stream: stream.write(text.encode()))
     return path
 
 
@@ -62,4 +71,18 @@ def write_outputs(out: Path, tables: Mapping[str, Rows],
     return written
 
 
-__all__ = ["pyplot", "save_figure", "write_csv", "write_outputs"]
+def write_and_print(write: Callable[[], list[Path]]) -> None:
+    """The end of a table command (``python -m fedlight.analysis.<table> SWEEP_DIR``): run
+    ``write``; a user error is one line on stderr (exit code 2); otherwise name each file
+    written and print the last one (the Markdown table)."""
+    try:
+        written = write()
+    except FedlightError as error:
+        exit_with_error(error)
+    for path in written:
+        print(f"wrote {path}")
+    print(written[-1].read_text())
+
+
+__all__ = ["pyplot", "save_figure", "write_and_print", "write_csv", "write_outputs",
+           "write_text"]

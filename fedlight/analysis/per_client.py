@@ -28,10 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedlight.analysis.outputs import write_csv
-from fedlight.core.errors import ConfigError, FedlightError, MissingFileError
+from fedlight.analysis.outputs import write_and_print, write_csv, write_text
+from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.files import csv_number
-from fedlight.errors import exit_with_error
 from fedlight.federation.outputs.folder import CLIENT_ROUNDS
 
 #: How a client's rounds reduce to one number.
@@ -165,8 +164,7 @@ def write_table(sweep_dir: str | Path, out: str | Path | None = None,
     folder = Path(out) if out else sweep_dir
     folder.mkdir(parents=True, exist_ok=True)
     csv_path = write_csv(folder / "per_client_table.csv", rows)
-    table = folder / "per_client_table.md"
-    table.write_text(markdown(rows, (
+    table = write_text(folder / "per_client_table.md", markdown(rows, (
         f"# {sweep_dir.name}: each client's {over} {metric} over the evaluated rounds\n\n"
         f"In %, the mean ± the sample standard deviation (n - 1 in the denominator) over "
         f"seeds; {AVERAGE}: the mean over the clients of each run, then over seeds.")))
@@ -186,13 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--over", default="best", choices=REDUCTIONS,
                         help="each client's best (default) or last value over rounds")
     args = parser.parse_args(argv)
-    try:
-        written = write_table(args.sweep_dir, args.out, args.metric, args.over)
-    except FedlightError as error:
-        exit_with_error(error)
-    for path in written:
-        print(f"wrote {path}")
-    print(written[-1].read_text())
+    write_and_print(lambda: write_table(args.sweep_dir, args.out, args.metric, args.over))
 
 
 __all__ = ["AVERAGE", "CLIENT_ROUNDS", "REDUCTIONS", "client_scores", "main", "markdown",
