@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from jsonargparse import ActionConfigFile
+from jsonargparse import ActionConfigFile, Namespace
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -52,7 +51,7 @@ def run_parser() -> FedlightParser:
     return parser
 
 
-def dump_config(parser: LightningArgumentParser, config: Any) -> str:
+def dump_config(parser: LightningArgumentParser, config: Namespace) -> str:
     """The resolved config as YAML (what a run folder's config.yaml holds)."""
     return parser.dump(config, skip_unset=False)
 
@@ -74,14 +73,15 @@ class RunConfig:
         return type(self.model).__name__
 
 
-def instantiate_run(parser: LightningArgumentParser, config: Any) -> RunConfig:
+def instantiate_run(parser: LightningArgumentParser, config: Namespace) -> RunConfig:
     """Build the run a parsed config describes, the one way every command does (fit, validate
     and test through the CLI, sweeps, the Flower apps, analyses): the global RNG seeded by
-    trainer.seed (the model's initialization), every class instantiated (a constructor's check
-    is one UsageError line), the trainer told its resolved YAML (the run's config.yaml).
+    trainer.seed (the model's initialization), every class instantiated, the trainer told its
+    resolved YAML (the run's config.yaml).
 
     Raises:
-        fedlight.errors.UsageError: a value a constructor refused.
+        fedlight.core.errors.FedlightError: the user error a constructor raised for a value it
+            refuses (e.g. a ConfigError), as raised, not wrapped in jsonargparse's ValueError.
     """
     seed_everything(int(config.trainer.seed), verbose=False)
     try:
