@@ -8,22 +8,25 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fedlight.clients.base import FederatedClient
 from fedlight.core.messages import SIMULATOR
 from fedlight.core.rules import ServerRule
+from fedlight.data.datamodule import FederatedDataModule
 
 
-def default_run_name(client: Any, datamodule: Any, seed: int, engine: str = SIMULATOR) -> str:
+def default_run_name(client: FederatedClient, datamodule: FederatedDataModule, seed: int,
+                     engine: str = SIMULATOR) -> str:
     """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
     for runs whose clients are not simulated (e.g. -flower)."""
     name = f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
     return name if engine == SIMULATOR else f"{name}-{engine}"
 
 
-def describe_run(client: Any, datamodule: Any, server: Any, trainer: Mapping[str, Any],
-                 engine: str = SIMULATOR) -> dict[str, Any]:
+def describe_run(client: FederatedClient, datamodule: FederatedDataModule, server: ServerRule,
+                 trainer: Mapping[str, Any], engine: str = SIMULATOR) -> dict[str, Any]:
     """The hyper-parameters logged with a run (and written as config.yaml from Python), with
     the engine named for runs whose clients are not simulated."""
-    vocabulary = getattr(datamodule, "vocabulary_record", lambda: None)()
+    vocabulary = datamodule.vocabulary_record()
     described = {"method": type(client).__name__, "server": type(server).__name__,
                  "server_options": rule_options(server), "model": dict(client.hparams),
                  "data": dict(datamodule.hparams), "trainer": dict(trainer),

@@ -11,6 +11,7 @@ from typing import Any
 
 from fedlight import __version__
 from fedlight.core.messages import Score
+from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.outputs.checkpoints import LAST, find_checkpoint, save_checkpoint
 from fedlight.federation.outputs.folder import RunFolder, SilentRunFolder
 from fedlight.federation.outputs.progress import RoundProgress, final_table
@@ -191,8 +192,8 @@ def client_score_rows(round_number: int, scores: Mapping[int, Mapping[str, Score
     return rows
 
 
-def write_header(folder: RunFolder, config: str, datamodule: Any, notes: list[str],
-                 verbose: bool) -> None:
+def write_header(folder: RunFolder, config: str, datamodule: FederatedDataModule,
+                 notes: list[str], verbose: bool) -> None:
     """A new run folder's first files: config.yaml (headed by the fedlight that wrote it, a
     YAML comment: the file still runs as ``fedlight fit -c <run>/config.yaml``) and the
     partition files; ``verbose`` prints the partition table and the notes."""
