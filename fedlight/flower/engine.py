@@ -28,10 +28,11 @@ from fedlight.flower.codec import decode_result, encode_evaluation, encode_task,
 NAME = "flower"
 
 
-def mismatch(num_supernodes: int, num_clients: int) -> ValueError:
+def mismatch(num_supernodes: int, num_clients: int) -> ConfigError:
+    """The error of a federation whose SuperNode count is not the config's client count."""
     return ConfigError(f"the federation has {num_supernodes} SuperNodes (num-supernodes) but the "
-                      f"config has data.num_clients={num_clients}; they must be equal (one "
-                      "SuperNode per client)")
+                       f"config has data.num_clients={num_clients}; they must be equal (one "
+                       "SuperNode per client)")
 
 
 class FlowerEngine:
