@@ -24,6 +24,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
+from fedlight.core.noise import reseed_noise
 from fedlight.core.rules import weighted_mean
 from fedlight.data import FederatedDataModule
 from fedlight.federation.local_loop import LocalLoop
@@ -133,6 +134,7 @@ def test_local_steps_lower_the_loss_in_every_phase(name, cls):
     def same_batch_same_noise():
         for _ in range(8):
             torch.manual_seed(1)  # the same noise (dropout, Gumbel, ...) at every step
+            reseed_noise(client, 1)
             yield batch
 
     for phase in client.local_phases(1):

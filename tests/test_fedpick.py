@@ -13,7 +13,6 @@ from fedlight.clients.fedbn import BATCH_NORMS
 from fedlight.clients.fedpick import (
     feature_sparsity_ratio,
     fisher_scores,
-    gumbel_noise,
     negative_entropy,
     symmetric_kl,
 )
@@ -57,13 +56,13 @@ def test_straight_through_gradient_is_the_soft_mask_gradient():
     client = make()
     client.train()
     z = torch.rand(8, client.model.feature_dim)
-    torch.manual_seed(3)
+    client.noise.reseed(3)
     _, soft, mask = client.select(z)
     weights = torch.randn_like(mask)
     (mask * weights).sum().backward()
     grad_hard = client.pfsm.mask_net[2].bias.grad.clone()
     client.zero_grad()
-    torch.manual_seed(3)
+    client.noise.reseed(3)
     _, soft, _ = client.select(z)
     (soft * weights).sum().backward()
     assert torch.allclose(grad_hard, client.pfsm.mask_net[2].bias.grad)
@@ -132,10 +131,10 @@ def test_training_loss_is_the_weighted_sum_of_the_four_terms():
     client.capture_logs(True)  # as under fedlight's orchestrator
     client.train()
     x, y = batch()
-    torch.manual_seed(7)
+    client.noise.reseed(7)
     loss = client.training_step((x, y), 0)
     logs = {k: v.item() for k, v in client.pop_federated_logs().items()}
-    torch.manual_seed(7)  # same Gumbel noise
+    client.noise.reseed(7)  # same Gumbel noise
     out = client.outputs(x)
     expected = (F.cross_entropy(out.logits_g, y) + 2.0 * F.cross_entropy(out.logits_p, y)
                 + 0.5 * negative_entropy(out.logits_u)
@@ -321,19 +320,12 @@ def test_soft_mask_divides_the_logits_by_the_temperature():
     torch.testing.assert_close(out.soft_mask, torch.sigmoid(out.mask_logits / 4.0))
 
 
-def test_gumbel_noise_has_the_standard_gumbel_moments():
-    torch.manual_seed(0)
-    noise = gumbel_noise(torch.empty(200_000))
-    assert noise.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni
-    assert noise.var().item() == pytest.approx(math.pi ** 2 / 6, rel=0.03)
-
-
 def test_training_noise_is_a_difference_of_two_gumbels():
     # G' - G'' is standard logistic: mean 0, variance pi^2 / 3; recovered from the soft mask.
     client = make(tau=1.0, hard_mask=False)
     client.train()
     z = torch.rand(4096, client.model.feature_dim) * 0.1
-    torch.manual_seed(2)
+    client.noise.reseed(2)
     logits, soft, _ = client.select(z)
     noise = torch.logit(soft.double()) - logits.double()
     assert noise.mean().item() == pytest.approx(0.0, abs=0.02)
@@ -356,7 +348,7 @@ def test_distillation_trains_both_heads():
     def head_grad(lambda_dis):
         client = make(lambda_lce=0, lambda_ent=0, lambda_dis=lambda_dis)
         client.train()
-        torch.manual_seed(5)
+        client.noise.reseed(5)
         client.training_step(batch(), 0).backward()
         return client.model.head.weight.grad.clone()
 
@@ -392,9 +384,9 @@ def test_keep_budget_term_pulls_the_soft_mask_mean_to_the_target():
     for client in (without, budget):
         client.capture_logs(True)
         client.train()
-        torch.manual_seed(4)
+        client.noise.reseed(4)
         losses.append(client.training_step((x, y), 0))
-    torch.manual_seed(4)
+    budget.noise.reseed(4)
     soft = budget.outputs(x).soft_mask
     assert "loss_budget" in budget.pop_federated_logs()
     expected = 3.0 * (soft.mean() - 0.2) ** 2

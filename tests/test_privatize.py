@@ -322,7 +322,7 @@ def test_autocs_mixes_each_feature_with_its_own_pair():
 
 def test_autohs_samples_gumbel_coefficients_only_while_training():
     client = make(AutoHS, hard=False)
-    torch.manual_seed(3)
+    client.noise.reseed(3)
     sampled = [client.coefficients(sample=True)[0] for _ in range(3)]
     assert not torch.equal(sampled[0], sampled[1])
     assert all(torch.allclose(s.sum(-1), torch.ones(1)) for s in sampled)
@@ -380,11 +380,11 @@ def test_autohs_divides_the_noisy_coefficients_by_the_temperature():
     client = make(AutoHS, temperature=3.0, hard=False)
     client.alpha.data = torch.tensor([[1.0, -2.0]])
     client.beta.data = torch.tensor([0.5, 0.0])
-    torch.manual_seed(11)
+    client.noise.reseed(11)
     a, b = client.coefficients(sample=True)
-    torch.manual_seed(11)
-    uniform = [torch.rand(1, 2).clamp_(1e-10, 1 - 1e-7), torch.rand(2).clamp_(1e-10, 1 - 1e-7)]
-    g = [-torch.log(-torch.log(u)) for u in uniform]
+    client.noise.reseed(11)  # the same Gumbel draws: alpha's, then beta's
+    g = [client.noise.gumbel_like(client.alpha.detach()),
+         client.noise.gumbel_like(client.beta.detach())]
     torch.testing.assert_close(a, F.softmax((client.alpha.detach() + g[0]) / 3.0, -1))
     torch.testing.assert_close(b, F.softmax((client.beta.detach() + g[1]) / 3.0, -1))
 
@@ -394,12 +394,12 @@ def test_autohs_hard_selects_one_hot_forward_with_the_softmax_gradient():
     assert client.hard
     client.alpha.data = torch.tensor([[0.3, -0.2]])
     client.beta.data = torch.tensor([-0.1, 0.4])
-    torch.manual_seed(5)
+    client.noise.reseed(5)
     a, b = client.coefficients(sample=True)
     assert set(a.flatten().tolist()) == {0.0, 1.0} and set(b.tolist()) == {0.0, 1.0}
-    torch.manual_seed(5)
-    g = [-torch.log(-torch.log(torch.rand(1, 2).clamp_(1e-10, 1 - 1e-7))),
-         -torch.log(-torch.log(torch.rand(2).clamp_(1e-10, 1 - 1e-7)))]
+    client.noise.reseed(5)
+    g = [client.noise.gumbel_like(client.alpha.detach()),
+         client.noise.gumbel_like(client.beta.detach())]
     soft_a = F.softmax(client.alpha.detach() + g[0], -1)  # temperature 1, not 2
     assert torch.equal(a, F.one_hot(soft_a.argmax(-1), 2).float())
     (a * torch.tensor([[1.0, 3.0]])).sum().backward()
@@ -449,9 +449,9 @@ def test_autohs_trains_on_sampled_coefficients_and_logs_the_loss():
     client.alpha.data = torch.tensor([[0.5, -0.5]])
     client.capture_logs(True)
     client.train()
-    torch.manual_seed(9)
+    client.noise.reseed(9)
     loss = client.training_step((X, Y), 0)
-    torch.manual_seed(9)
+    client.noise.reseed(9)
     sampled = F.cross_entropy(client.fused_logits(X, sample=True), Y)
     torch.testing.assert_close(loss, sampled)
     assert not torch.allclose(loss, F.cross_entropy(client.fused_logits(X, sample=False), Y))

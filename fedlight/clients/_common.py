@@ -19,9 +19,10 @@ import torch
 from torch import Tensor, nn
 
 
-def parameter_mirror(module: nn.Module) -> nn.Module:
+def parameter_mirror(module: nn.Module, persistent: bool = True) -> nn.Module:
     """A module whose buffers are zeros shaped like module's parameters, with the same
-    dotted names (buffer model.head.weight mirrors parameter model.head.weight)."""
+    dotted names (buffer model.head.weight mirrors parameter model.head.weight); in the
+    state dict unless ``persistent`` is False."""
     mirror = nn.Module()
     for name, param in module.named_parameters():
         *path, leaf = name.split(".")
@@ -30,7 +31,8 @@ def parameter_mirror(module: nn.Module) -> nn.Module:
             if not hasattr(node, part):
                 node.add_module(part, nn.Module())
             node = getattr(node, part)
-        node.register_buffer(leaf, torch.zeros_like(param, requires_grad=False))
+        node.register_buffer(leaf, torch.zeros_like(param, requires_grad=False),
+                             persistent=persistent)
     return mirror
 
 

@@ -18,6 +18,7 @@ from torch import Tensor
 from fedlight.core.errors import ConfigError
 
 RS_MODES = ("hard", "soft", "all")
+_NOT_BUILT = object()
 
 
 def restricted_softmax_scales(
@@ -78,7 +79,10 @@ class RestrictedSoftmax:
         self.rs_alpha = float(rs_alpha)
         self.rs_mode = rs_mode
         self.complete_classes = bool(complete_classes)
-        self._scales: tuple[Any, Tensor] | None = None  # (context it was built for, scales)
+        # a_c of the loaded client, a buffer so that batched clients each read their own
+        self.register_buffer("rs_scale", torch.ones(self.num_classes),  # type: ignore[attr-defined]
+                             persistent=False)
+        self._scales_context: Any = _NOT_BUILT  # the context rs_scale was built for
         self._plain_class_counts: Tensor | None = None
 
     def on_fit_start(self) -> None:
@@ -87,18 +91,25 @@ class RestrictedSoftmax:
             datamodule = getattr(self.trainer, "datamodule", None)
             counts = getattr(datamodule, "class_counts", None)
             self._plain_class_counts = counts if isinstance(counts, Tensor) else None
+            self._scales_context = _NOT_BUILT
 
     def rs_scales(self) -> Tensor:
-        """a_c for this client, (U,) (cached per client context)."""
-        if self._scales is None or self._scales[0] is not self.context:
-            if self.context is None and self._plain_class_counts is not None:
-                counts = self._plain_class_counts.to(self.device)
-            else:
-                counts = self.train_class_counts()
-            scales = restricted_softmax_scales(counts, self.rs_alpha, self.rs_mode,
-                                               self.complete_classes)
-            self._scales = (self.context, scales)
-        return self._scales[1]
+        """a_c for this client, (U,): the buffer ``rs_scale``, rebuilt when the client's
+        context changed since (a method that trains batched rebuilds it at round start)."""
+        if self._scales_context is not self.context:
+            self.refresh_rs_scales()
+        return self.rs_scale  # type: ignore[attr-defined,no-any-return]
+
+    @torch.no_grad()
+    def refresh_rs_scales(self) -> None:
+        """Build ``rs_scale`` from the loaded client's label counts."""
+        if self.context is None and self._plain_class_counts is not None:
+            counts = self._plain_class_counts
+        else:
+            counts = self.train_class_counts()  # type: ignore[attr-defined]
+        self.rs_scale.copy_(restricted_softmax_scales(  # type: ignore[attr-defined]
+            counts, self.rs_alpha, self.rs_mode, self.complete_classes))
+        self._scales_context = self.context
 
     def restricted_cross_entropy(self, logits: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy of the restricted logits a_c * g_c."""

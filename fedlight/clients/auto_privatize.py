@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError
+from fedlight.core.noise import NoiseSource
 
 
 class AutoSA(Privatize):
@@ -67,6 +68,8 @@ class AutoSA(Privatize):
     #: Sample the coefficients with Gumbel-softmax while training (AutoHS).
     gumbel: bool = False
 
+    batchable = True  # AutoHS's Gumbel noise comes from a NoiseSource
+
     def __init__(self, temperature: float = 2.0, shared_path_loss: bool = False,
                  private_path_loss: bool = False, coef_lr_scale: float = 1.0,
                  **kwargs: Any) -> None:
@@ -81,6 +84,8 @@ class AutoSA(Privatize):
         self.coef_lr_scale = float(coef_lr_scale)
         self.alpha = nn.Parameter(torch.zeros(2 if self.cross_stitch else 1, 2))
         self.beta = nn.Parameter(torch.zeros(2))
+        # AutoHS's Gumbel noise, keyed per client and round (fedlight.core.noise)
+        self.noise = NoiseSource() if self.gumbel else None
 
     # ----------------------------------------------------------------- coefficients
     def coefficients(self, sample: bool = False) -> tuple[Tensor, Tensor]:
@@ -90,8 +95,8 @@ class AutoSA(Privatize):
         coefficients before the tempered softmax (eq. 9's GumbelSoftMax).
         """
         alpha, beta = self.alpha, self.beta
-        if sample and self.gumbel:
-            alpha, beta = alpha + _gumbel_like(alpha), beta + _gumbel_like(beta)
+        if sample and self.noise is not None:
+            alpha, beta = alpha + self.noise.gumbel_like(alpha), beta + self.noise.gumbel_like(beta)
         return (F.softmax(alpha / self.temperature, dim=-1),
                 F.softmax(beta / self.temperature, dim=-1))
 
@@ -174,7 +179,9 @@ class AutoHS(AutoSA):
     """AutoHS (hard selection): AutoSA with Gumbel-softmax coefficients.
 
     Paper: "Aggregate or Not?" (Li et al., arXiv:2107.11954), eq. 9-11, with fresh
-    ``g, g' ~ Gumbel(0, 1)`` (``g = -log(-log(u))``, ``u ~ U(0, 1)``) at every training step:
+    ``g, g' ~ Gumbel(0, 1)`` (``g = -log(-log(u))``, ``u ~ U(0, 1)``) at every training step,
+    drawn from the client's own counter-based stream (``noise``, keyed from
+    ``(seed, round, client)``: ``fedlight.core.noise``):
 
     * ``hard=True`` (default; the paper calls the method hard selection and the authors' code
       samples a hard one-hot at temperature 1): the coefficients are the one-hot of
@@ -206,7 +213,8 @@ class AutoHS(AutoSA):
         if not self.hard:
             return super().coefficients(sample)
         if sample:
-            return _hard_gumbel(self.alpha), _hard_gumbel(self.beta)
+            assert self.noise is not None
+            return _hard_gumbel(self.alpha, self.noise), _hard_gumbel(self.beta, self.noise)
         return _one_hot_argmax(self.alpha), _one_hot_argmax(self.beta)
 
     def probabilities(self) -> tuple[Tensor, Tensor]:
@@ -221,18 +229,12 @@ def _one_hot_argmax(logits: Tensor) -> Tensor:
     return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
 
 
-def _hard_gumbel(logits: Tensor) -> Tensor:
+def _hard_gumbel(logits: Tensor, noise: NoiseSource) -> Tensor:
     """Straight-through Gumbel-softmax at temperature 1: the one-hot of
     ``argmax(logits + g)`` forward, the gradient of ``softmax(logits + g)`` backward."""
-    soft = F.softmax(logits + _gumbel_like(logits), dim=-1)
+    soft = F.softmax(logits + noise.gumbel_like(logits), dim=-1)
     hard = _one_hot_argmax(soft)
     return hard - soft.detach() + soft
-
-
-def _gumbel_like(tensor: Tensor) -> Tensor:
-    """Gumbel(0, 1) noise of ``tensor``'s shape, from the (seeded) global torch RNG."""
-    uniform = torch.rand_like(tensor).clamp_(1e-10, 1.0 - 1e-7)
-    return -torch.log(-torch.log(uniform))
 
 
 __all__ = ["AutoCS", "AutoHS", "AutoSA"]

@@ -70,6 +70,17 @@ class FederatedClient(L.LightningModule):
     #: would then differ from a run planned that long, so the trainer refuses the change.
     reads_planned_rounds: bool = False
 
+    #: True when the class's own ``training_step`` (and the other step methods it overrides:
+    #: ``forward``, ``configure_optimizers``, ``optimizer_param_groups``, ``on_round_start``,
+    #: ``on_round_end``) can train several clients at once (``trainer.batched_clients``):
+    #: every per-client value the step reads is a parameter or a buffer (set at round start,
+    #: not a Python attribute or the context), its Python branches depend only on
+    #: :meth:`batch_key`, the phase and the constructor arguments, and its random draws come
+    #: from a ``fedlight.core.noise.NoiseSource``. A class that overrides a step method
+    #: declares it in its own body; a subclass that overrides one again without declaring it
+    #: trains one client after another.
+    batchable: bool = True
+
     def __init__(
         self,
         backbone: str = "cnn",
@@ -272,6 +283,23 @@ class FederatedClient(L.LightningModule):
             self._in_local_loop = False
             if not capturing:
                 self.capture_logs(False)
+
+    @contextlib.contextmanager
+    def step_logs(self) -> Iterator[dict[str, list[Tensor]]]:
+        """Collect what ``self.log`` receives into a fresh dict for the duration, and yield it
+        (the batched engine returns one step's logged values from its vmapped step)."""
+        saved = self._federated_logs
+        self._federated_logs = {}
+        try:
+            yield self._federated_logs
+        finally:
+            self._federated_logs = saved
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """What, besides the phase, selects the path this client's ``training_step`` takes
+        (read after round start): clients train batched together only when their keys are
+        equal. Default ``()``; e.g. MAP: whether the client has an HPM yet."""
+        return ()
 
     def pop_federated_logs(self) -> dict[str, Tensor]:
         """Per-name means of what was logged since the last call (device tensors)."""

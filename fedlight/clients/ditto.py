@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedlight.clients._common import parameter_mirror
 from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
@@ -54,6 +55,8 @@ class Ditto(FederatedClient):
     cross-entropy, without regularizer.
     """
 
+    batchable = True  # the received weights w^t are (non-persistent) buffers
+
     def __init__(self, lamda: float = 1.0, personal_epochs: int = 1, **kwargs: Any) -> None:
         if lamda < 0:
             raise ConfigError(f"lamda (weight of the personal regularizer) must be >= 0, "
@@ -64,7 +67,9 @@ class Ditto(FederatedClient):
         self.lamda = lamda
         self.personal_epochs = personal_epochs
         self.personal = copy.deepcopy(self.model)
-        self._received: list[Tensor] = []
+        # w^t, as received this round (never stored nor sent)
+        self.received = parameter_mirror(self.model, persistent=False)
+        self._has_received = False
 
     def private_patterns(self) -> list[str]:
         return [PERSONAL]
@@ -73,9 +78,13 @@ class Ditto(FederatedClient):
     def has_global_model(self) -> bool:
         return True
 
+    @torch.no_grad()
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
         """Snapshot the received global weights ``w^t`` for the personal regularizer."""
-        self._received = [p.detach().clone() for p in self.model.parameters()]
+        received = dict(self.received.named_buffers())
+        for name, param in self.model.named_parameters():
+            received[name].copy_(param)
+        self._has_received = True
 
     def local_phases(self, local_epochs: int) -> list[Phase]:
         return [Phase("global", local_epochs, trainable=(GLOBAL,), upload_after=True),
@@ -91,10 +100,11 @@ class Ditto(FederatedClient):
 
     def regularizer(self) -> Tensor:
         """``lamda / 2 * ||v - w^t||^2`` (0 before any round has been received)."""
-        if not self._received or self.lamda == 0:
+        if not self._has_received or self.lamda == 0:
             return torch.zeros((), device=self.device)
-        squared = sum((v - w).pow(2).sum()
-                      for v, w in zip(self.personal.parameters(), self._received, strict=True))
+        received = dict(self.received.named_buffers())
+        squared = sum((v - received[name]).pow(2).sum()
+                      for name, v in self.personal.named_parameters())
         return 0.5 * self.lamda * squared
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from fedlight.clients.base import FederatedClient
 from fedlight.clients.fedbn import BATCH_NORMS
 from fedlight.core.errors import ConfigError
+from fedlight.core.noise import NoiseSource
 
 SOLO_HEADS = ("global", "personalized")
-_UNIFORM_EPS = 1e-10
 
 
 # ===================================================================== loss terms and analyses
@@ -88,23 +88,12 @@ def fisher_scores(features: Tensor, labels: Tensor) -> Tensor:
     return torch.where((within == 0) & (between == 0), torch.zeros_like(score), score).float()
 
 
-class _StraightThrough(torch.autograd.Function):
-    """Forward: the exact binary mask ``keep`` (as ``soft``'s dtype); backward: the incoming
-    gradient goes unchanged to ``soft`` (the straight-through estimator of the paper's [45])."""
-
-    @staticmethod
-    def forward(ctx: Any, soft: Tensor, keep: Tensor) -> Tensor:
-        return keep.to(soft.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return grad, None
-
-
-def gumbel_noise(like: Tensor) -> Tensor:
-    """Standard Gumbel(0, 1) noise ``-log(-log U)``, ``U ~ U(0, 1)``, shaped like ``like``."""
-    uniform = torch.rand_like(like).clamp_(_UNIFORM_EPS, 1 - _UNIFORM_EPS)
-    return -torch.log(-torch.log(uniform))
+def straight_through(soft: Tensor, keep: Tensor) -> Tensor:
+    """Forward: the exact binary mask ``keep`` (as ``soft``'s dtype, since ``soft - soft``
+    is exactly 0); backward: the incoming gradient goes unchanged to ``soft`` (the
+    straight-through estimator of the paper's [45]). Plain tensor operations, so vmap
+    batches it."""
+    return keep.to(soft.dtype) + (soft - soft.detach())
 
 
 # ===================================================================== the PFSM
@@ -168,10 +157,12 @@ class FedPick(FederatedClient):
 
     * the Gumbel noises ``G'``, ``G''`` are standard Gumbel(0, 1) (``-log(-log U)``; the paper
       says "sampled from U[0, 1]", which describes ``U``), drawn independently per sample and
-      feature at every training forward, never in ``eval()`` mode;
+      feature at every training forward, never in ``eval()`` mode, from the client's own
+      counter-based stream (``noise``, a ``fedlight.core.noise.NoiseSource`` keyed from
+      ``(seed, round, client)``), so batched clients draw exactly what the loop draws;
     * the hard mask is taken on the sign of ``(l + G' - G'')`` (equal to ``m_s >= 0.5`` in exact
       arithmetic, and free of float32 rounding of the sigmoid near 0.5), so at inference it is
-      exactly the digest's rule ``l >= 0``; a custom autograd function makes the forward value
+      exactly the digest's rule ``l >= 0``; :func:`straight_through` makes the forward value
       exactly binary and passes the gradient straight to ``m_s``;
     * ``L_dis`` follows Eq. 13 (personalized vs global prediction; Algorithm 1's
       ``L_dis(y_p, y_u)`` is taken as a typo), temperature 1, gradient into both sides; each loss
@@ -245,6 +236,8 @@ class FedPick(FederatedClient):
             without ``keep_budget``.
     """
 
+    batchable = True  # its Gumbel noise comes from a NoiseSource
+
     def __init__(
         self,
         tau: float = 10.0,
@@ -293,6 +286,7 @@ class FedPick(FederatedClient):
                      if self.use_pfsm else None)
         if self.pfsm is not None and mask_init_bias is not None:
             nn.init.constant_(self.pfsm.mask_net[2].bias, float(mask_init_bias))
+        self.noise = NoiseSource()  # the Gumbel noise, keyed per client and round
 
     # ----------------------------------------------------------------- partition
     def private_patterns(self) -> list[str]:
@@ -318,9 +312,12 @@ class FedPick(FederatedClient):
         added in training mode only."""
         assert self.pfsm is not None, "select() needs the PFSM (pfsm=True)"
         logits = self.pfsm.mask_net(z_g)
-        noisy = logits + gumbel_noise(logits) - gumbel_noise(logits) if self.training else logits
+        if self.training:
+            noisy = logits + self.noise.gumbel_like(logits) - self.noise.gumbel_like(logits)
+        else:
+            noisy = logits
         soft = torch.sigmoid(noisy / self.tau)
-        mask = _StraightThrough.apply(soft, noisy >= 0) if self.hard_mask else soft
+        mask = straight_through(soft, noisy >= 0) if self.hard_mask else soft
         return logits, soft, mask
 
     def outputs(self, x: Tensor) -> FedPickOutputs:
@@ -419,4 +416,4 @@ def _check_selection_knobs(mask_lr_scale: float, keep_budget: float | None,
 
 
 __all__ = ["FedPick", "FedPickOutputs", "FeatureSelector", "feature_sparsity_ratio",
-           "fisher_scores", "gumbel_noise", "negative_entropy", "symmetric_kl"]
+           "fisher_scores", "negative_entropy", "straight_through", "symmetric_kl"]

@@ -57,6 +57,8 @@ class FedProto(FederatedClient):
     There is no global model (no global accuracy).
     """
 
+    batchable = True  # the received prototypes are buffers
+
     def __init__(self, lamda: float = 1.0, predict_by: str = "head", **kwargs: Any) -> None:
         if lamda < 0:
             raise ConfigError(f"lamda (weight of the prototype loss) must be >= 0, got {lamda}")

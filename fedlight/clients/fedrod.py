@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -58,6 +59,8 @@ class FedRoD(FederatedClient):
     hyper-network variant that generates ``p_k`` is not implemented.
     """
 
+    batchable = True  # the label counts the balanced softmax reads are a buffer
+
     def __init__(self, generic_loss: str = "bsm", **kwargs: Any) -> None:
         if generic_loss not in GENERIC_LOSSES:
             raise ConfigError(f"unknown generic_loss {generic_loss!r}; valid: "
@@ -67,6 +70,10 @@ class FedRoD(FederatedClient):
         self.personal_head = nn.Linear(self.model.feature_dim, self.num_classes)
         nn.init.zeros_(self.personal_head.weight)
         nn.init.zeros_(self.personal_head.bias)
+        # the loaded client's training label counts (ones without a context), a buffer so
+        # that batched clients each read their own
+        self.register_buffer("label_counts", torch.ones(self.num_classes), persistent=False)
+        self._counts_context: Any = None
 
     def private_patterns(self) -> list[str]:
         return ["personal_head.*"]
@@ -74,6 +81,18 @@ class FedRoD(FederatedClient):
     @property
     def has_global_model(self) -> bool:
         return True
+
+    def on_round_start(self, round: int, message: dict[str, Any]) -> None:
+        """Build the client's label counts (the balanced softmax's prior)."""
+        self.class_prior_counts()
+
+    @torch.no_grad()
+    def class_prior_counts(self) -> Tensor:
+        """``label_counts``, rebuilt from the context when it changed since."""
+        if self._counts_context is not self.context:
+            self.label_counts.copy_(self.train_class_counts())
+            self._counts_context = self.context
+        return self.label_counts
 
     def forward(self, x: Tensor) -> Tensor:
         """Personalized logits ``g(z) + p_k(z)``."""
@@ -89,7 +108,7 @@ class FedRoD(FederatedClient):
         features = self.model.encoder(x)
         generic = self.model.head(features)
         if self.generic_loss == "bsm":
-            generic_loss = balanced_softmax_loss(generic, y, self.train_class_counts())
+            generic_loss = balanced_softmax_loss(generic, y, self.class_prior_counts())
         else:
             generic_loss = F.cross_entropy(generic, y)
         personal = generic.detach() + self.personal_head(features.detach())

@@ -173,6 +173,8 @@ class GPFL(FederatedClient):
         ValueError: a negative ``lamda`` or ``mu``, or an unknown ``cov_init``.
     """
 
+    batchable = True  # C_hat, g and p_k are buffers built at round start
+
     def __init__(
         self,
         lamda: float = 0.01,

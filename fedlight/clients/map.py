@@ -44,10 +44,14 @@ MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 # ===================================================================== pure functions
 def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
-    """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``."""
-    teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)
+    """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``.
+
+    Written out from log-softmaxes (``F.kl_div`` has no vmap rule: batched clients would
+    run it once per client)."""
+    log_teacher = F.log_softmax(teacher_logits.detach() / tau, dim=-1)
     log_student = F.log_softmax(student_logits / tau, dim=-1)
-    return tau * tau * F.kl_div(log_student, teacher, reduction="batchmean")
+    divergence = (log_teacher.exp() * (log_teacher - log_student)).sum()
+    return tau * tau * divergence / student_logits.shape[0]
 
 
 def mmd_loss(
@@ -194,6 +198,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
 
     evaluate_after_local_training = True
     reads_planned_rounds = True  # HPM momentum: mu * selections / (join_ratio * T)
+    batchable = True  # a_c and the HPM are buffers / parameters; whether it exists: batch_key
 
     def __init__(
         self,
@@ -295,8 +300,14 @@ class MAP(RestrictedSoftmax, FederatedClient):
         return batches_per_epoch(self.context.num_train_samples, self.context.batch_size)
 
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
-        """Note whether this client has an HPM yet (one host read per round, not per step)."""
+        """Note whether this client has an HPM yet (one host read per round, not per step)
+        and build its restricted-softmax scales."""
         self._has_teacher = self.hpm is not None and int(self.hpm_updates) > 0
+        self.refresh_rs_scales()
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """Clients with an HPM and clients without one take different losses."""
+        return (self._has_teacher,)
 
     # ----------------------------------------------------------------- losses
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

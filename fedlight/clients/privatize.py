@@ -227,6 +227,8 @@ class Privatize(FederatedClient):
     private CE flows into the shared encoder, or the shared CE into the private encoder).
     """
 
+    batchable = True  # its paths follow the way string, the same for every client
+
     def __init__(
         self,
         way: str = "AaB",

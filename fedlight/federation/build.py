@@ -215,19 +215,29 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
 
 def simulator_engine(options: TrainerOptions,
                      runtime: ClientRuntime) -> tuple[ClientEngine, str | None]:
-    """The simulator's engine: batched where asked and the method qualifies, else the loop
-    (with the one-line reason for the run's header when batching was asked for)."""
-    if options.batched_clients == 1:
+    """The simulator's engine: batched where asked (or, with ``auto``, on a GPU) and the
+    method qualifies, else the loop; with the one line for the run's header saying which and
+    why (None when the loop was asked for)."""
+    requested = options.batched_clients
+    if requested == 1:
         return LocalEngine(runtime), None
+    device = runtime.fabric.device
+    if requested == "auto" and device.type != "cuda":
+        return LocalEngine(runtime), ("fedlight: clients train one after another "
+                                      f"(batched_clients: auto on {device.type}, where the "
+                                      "loop is faster)")
     refusal = batching_refusal(runtime.client, options.precision,
                                options.local_options["optimizer_state"],
                                options.local_options["gradient_clip_val"])
-    if refusal is None and options.max_local_steps is not None:
-        refusal = "max_local_steps caps steps across phases, which the loop counts"
-    if refusal is None:
-        return BatchedEngine(runtime, options.batched_clients), None
-    return LocalEngine(runtime), (f"fedlight: batched_clients: {options.batched_clients} not "
-                                  f"used, clients train one after another ({refusal})")
+    if refusal is not None:
+        return LocalEngine(runtime), (f"fedlight: batched_clients: {requested} not used, "
+                                      f"clients train one after another ({refusal})")
+    group_size = None if requested == "auto" else int(requested)
+    engine = BatchedEngine(runtime, group_size, options.cuda_graphs)
+    size = (f"up to {group_size} at once" if group_size is not None
+            else "as many at once as the device's free memory holds")
+    steps = "full steps replayed from CUDA graphs" if engine.capture else "steps run eagerly"
+    return engine, f"fedlight: clients train batched, {size} ({steps})"
 
 
 def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) -> ServerRule:

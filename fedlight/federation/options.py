@@ -113,14 +113,18 @@ class TrainerOptions:
             default on accelerators; robust when other programs share the cores) or None
             (torch's default).
         batched_clients: the simulator trains up to this many of a round's participants as
-            one vectorized computation (torch.func.vmap over their stacked parameters; see
-            fedlight/federation/batched.py), for methods whose local step is the base
-            cross-entropy step (FedAvg, FedPer, LG-FedAvg, FedRep, FedBABU, Local...; the
-            others, and models with BatchNorm or dropout, train one client after another with
-            a one-line note). Meant for GPUs, where one small client's step leaves the device
-            idle; on a CPU it is slower (1.6x the loop with K = 4: benchmarks/batched.py).
-            Results agree with the loop's to float tolerance. 1 (default): one client after
-            another.
+            one vectorized computation (the method's own training_step vmapped over their
+            stacked parameters and buffers; see fedlight/federation/engines/batched.py):
+            FedAvg, FedPer, FedRep, FedBN, GPFL, MAP / FedRS / FedPHP, FedPick, Privatize,
+            AutoSA / AutoCS / AutoHS, FedRoD, Ditto, FedProto and every method that keeps the
+            base step; the others train one client after another with a one-line note.
+            Results agree with the loop's to float tolerance. ``auto`` (default): on a GPU
+            batched, as many clients at once as its free memory holds (all of a round's
+            where they fit); on a CPU one after another (batched is slower there: 1.6x the
+            loop with K = 4, benchmarks/batched.py). 1: one client after another.
+        cuda_graphs: with batched clients on a GPU at 32-true precision, capture the batched
+            step once in a CUDA graph and replay it (steps whose clients all train a full
+            batch); False runs every step eagerly.
 
     The server side is the client's own rule (configure_server), or the server given to
     fit (YAML: a top-level server: section) where the method allows it.
@@ -166,15 +170,13 @@ class TrainerOptions:
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
         memory_format: Literal["auto", "channels_last", "contiguous"] = "auto",
-        batched_clients: int = 1,
+        batched_clients: int | Literal["auto"] = "auto",
+        cuda_graphs: bool = True,
     ) -> None:
         check_counts(rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
                      eval_every=eval_every, checkpoint_every=checkpoint_every,
                      eval_batch_size=eval_batch_size, workers_per_device=workers_per_device)
-        if isinstance(batched_clients, bool) or not isinstance(batched_clients, int) or (
-                batched_clients < 1):
-            raise ConfigError(f"trainer.batched_clients must be a positive integer, got "
-                              f"{batched_clients!r} (1 trains clients one after another)")
+        check_batched_clients(batched_clients)
         check_sharing(join_ratio, drop_rate, weighting)
         check_protocol(max_local_steps, report_last)
         check_processes(strategy, precision, threads, client_state_storage)
@@ -202,7 +204,7 @@ class TrainerOptions:
         self.threads = threads
         self.workers_per_device = workers_per_device
         self.memory_format = check_memory_format(memory_format)
-        self.batched_clients = batched_clients
+        self.batched_clients, self.cuda_graphs = batched_clients, bool(cuda_graphs)
 
 
 def check_counts(**counts: int) -> None:
@@ -210,6 +212,16 @@ def check_counts(**counts: int) -> None:
     for name, value in counts.items():
         if value < 1:
             raise ConfigError(f"trainer.{name} must be at least 1, got {value}")
+
+
+def check_batched_clients(batched_clients: int | str) -> None:
+    """Refuse a ``batched_clients`` that is neither ``auto`` nor a positive integer."""
+    if batched_clients == "auto":
+        return
+    if isinstance(batched_clients, bool) or not isinstance(batched_clients, int) or (
+            batched_clients < 1):
+        raise ConfigError(f"trainer.batched_clients must be 'auto' or a positive integer, got "
+                          f"{batched_clients!r} (1 trains clients one after another)")
 
 
 def check_sharing(join_ratio: float, drop_rate: float, weighting: str) -> None:

@@ -27,6 +27,7 @@ from fedlight.compat import restart_growth
 from fedlight.core.client import Phase, Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.core.noise import reseed_noise
 from fedlight.core.seeding import derive_seed, seed_global_rngs
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 from fedlight.federation.evaluation import score_outputs
@@ -163,6 +164,7 @@ class ClientRuntime:
         seed = derive_seed(self.seed, task.round_idx, task.client_id)
         self.grad_scale.start(task.loss_scale)
         seed_global_rngs(seed, self.fabric.device)
+        reseed_noise(self.client, seed)
         self.population.start_training(self.client, task.client_id, task.round_idx,
                                        task.shared, task.message)
         return torch.Generator().manual_seed(seed)
@@ -184,14 +186,14 @@ class ClientRuntime:
                optimizer_states: dict[int, dict[str, Any]],
                logs: Mapping[str, Tensor] | None = None) -> ClientResult:
         """End a trained client's round: ``on_round_end``, its private and optimizer state
-        kept, its logged values (``logs`` replaces them where given), its scores where the task
-        asks, the loss scale it ended with."""
+        kept, its logged values (``logs``, where given, adds what the steps logged), its scores
+        where the task asks, the loss scale it ended with."""
         self.client.on_round_end()
         self.population.finish_training(self.client, task.client_id, optimizer_states)
         logged = self.client.pop_federated_logs()
         scores = self.score(task.client_id, task.round_idx) if task.score else {}
         return ClientResult(task.client_id, upload, loss_sum, steps,
-                            logged if logs is None else logs, scores, self.grad_scale.end())
+                            {**logged, **(logs or {})}, scores, self.grad_scale.end())
 
     # ----------------------------------------------------------------- scoring
     def score(self, client_id: int, round_idx: int,
@@ -218,8 +220,9 @@ class ClientRuntime:
     def _fine_tune(self, client_id: int, round_idx: int, phases: list[Phase]) -> None:
         """The client's evaluation phases (fine-tuning that is scored, then thrown away), on
         batches drawn from ``(seed, round, client)`` on a stream of their own."""
-        generator = torch.Generator().manual_seed(
-            derive_seed(self.seed, round_idx, client_id, _EVAL_STREAM))
+        seed = derive_seed(self.seed, round_idx, client_id, _EVAL_STREAM)
+        generator = torch.Generator().manual_seed(seed)
+        reseed_noise(self.client, seed)
         self.client.train()
         for phase in phases:
             self.loop.run_phase(self.client, phase,
