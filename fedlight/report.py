@@ -164,11 +164,12 @@ def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dic
     groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run)
+    columns = table_columns(extra, runs)
     rows = []
     for (method, setting, rounds), members in sorted(groups.items()):
         row: dict[str, Any] = {"method": method, "setting": setting, "rounds": rounds,
                                "seeds": len(members)}
-        for title, value, _ in table_columns(extra, runs):
+        for title, value, _ in columns:
             numbers = _finite([value(m) for m in members])
             row[f"{title} mean"] = statistics.mean(numbers) if numbers else None
             row[f"{title} std"] = statistics.stdev(numbers) if len(numbers) > 1 else None
