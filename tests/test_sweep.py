@@ -255,8 +255,8 @@ def test_command_line_lists_replace_and_extend_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("option, neutral_value, other", [
-    ("batched_clients", 1, 4), ("max_local_steps", None, 250), ("random_join_ratio", False, True),
-    ("report_last", 10, 5)])
+    ("batched_clients", "auto", 4), ("cuda_graphs", True, False), ("max_local_steps", None, 250),
+    ("random_join_ratio", False, True), ("report_last", 10, 5)])
 def test_an_option_at_its_neutral_default_leaves_the_cache_key_unchanged(option, neutral_value,
                                                                         other):
     before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}

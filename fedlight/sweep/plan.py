@@ -27,7 +27,8 @@ OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
                *(f"trainer.{key}" for key in CELL_TRAINER_OPTIONS))
 #: Options added after sweeps were cached, at the value that computes what runs computed
 #: before the option existed: left out of the key at that value, so finished cells stay valid.
-NEUTRAL_DEFAULTS = {"trainer.batched_clients": 1, "data.balanced": True, "data.augment": None,
+NEUTRAL_DEFAULTS = {"trainer.batched_clients": "auto", "trainer.cuda_graphs": True,
+                    "data.balanced": True, "data.augment": None,
                     "data.first_per_class": None, "data.surplus_train": "drop",
                     "trainer.max_local_steps": None, "trainer.random_join_ratio": False,
                     "trainer.report_last": 10}
