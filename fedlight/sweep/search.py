@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import BaseTrial, TrialState
 
 from fedlight.core.files import csv_number
 from fedlight.sweep.execute import finish
@@ -105,14 +105,15 @@ def finished_trials(study: optuna.Study) -> int:
                for t in study.get_trials(deepcopy=False))
 
 
-def trial_cell(sweep: Sweep, method: str, setting: str, trial: Any) -> Cell:
+def trial_cell(sweep: Sweep, method: str, setting: str, trial: BaseTrial) -> Cell:
     """The cell of a trial: its parameters as config entries (in the space's order), with
     the sweep's seed."""
     point = tuple((key, trial.params[key]) for key in sweep.search.space if key in trial.params)
     return sweep.cell(method, setting, point, sweep.cells[0].seed)
 
 
-def trial_label(trial: Any) -> str:
+def trial_label(trial: BaseTrial) -> str:
+    """``trial <number>: <key>=<value> ...``, the trial as a table's method column names it."""
     values = " ".join(f"{key.rsplit('.', 1)[-1]}={_short(value)}"
                       for key, value in trial.params.items())
     return f"trial {trial.number}: {values}"

@@ -18,6 +18,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from optuna.trial import Trial
+
 from fedlight.core.files import atomic_write
 from fedlight.sweep import runner
 from fedlight.sweep.execute import exit_with_parent, prepare, process_context
@@ -62,14 +64,14 @@ class TrialRun:
     metric's value of each round read so far and whether it was pruned (at which round)."""
 
     item: Planned
-    trial: Any  # optuna.trial.Trial
+    trial: Trial
     process: BaseProcess | None = None
     results: Connection | None = None
     reported: dict[int, float] = field(default_factory=dict)
     pruned_at: int | None = None
 
     @classmethod
-    def start(cls, item: Planned, trial: Any) -> TrialRun:
+    def start(cls, item: Planned, trial: Trial) -> TrialRun:
         """Start the cell's run (resumed from its checkpoint where it has one), unless the
         cell has a record."""
         run = cls(item, trial)
