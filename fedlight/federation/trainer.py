@@ -10,6 +10,7 @@ run equals an uninterrupted one, whatever the order, process or engine clients t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ class FederatedTrainer(TrainerOptions):
         return self.server.message
 
     @property
-    def client_states(self) -> Any:
+    def client_states(self) -> Mapping[int, dict[str, Tensor]]:
         """Each trained client's stored private state ({client: {key: tensor}}); read from the
         last checkpoint after a run in started processes; {} before fit."""
         if self.built is not None:
