@@ -67,8 +67,7 @@ def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) ->
     keys = [k for k in (history[0] if history else {}) if k.endswith("_accuracy")]
     fig, ax = plt.subplots(figsize=(6, 4))
     for key in keys:
-        points = [(r["round"], r[key]) for r in history
-                  if isinstance(r.get(key), float) and math.isfinite(r[key])]
+        points = [(r["round"], r[key]) for r in history if _finite(r.get(key))]
         if points:
             ax.plot(*zip(*points, strict=True), label=key)
     ax.set_xlabel("round")
