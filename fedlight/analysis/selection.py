@@ -1,5 +1,4 @@
-"""FedPick's selection per client: keep ratio and Fisher scores of the selected features
-(FedPick Fig. 7 and Fig. 9).
+"""FedPick's feature selection per client: keep ratio, Fisher scores kept vs dropped (Fig. 7, 9).
 
 Fig. 7 shows, per domain, the share of the features FedPick's mask selects (here: the
 inference mask ``1[l >= 0]`` on the client's test samples). Fig. 9 compares the Fisher scores
