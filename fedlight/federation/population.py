@@ -5,6 +5,7 @@ one way to load client ``i`` into the live module for round ``r``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,14 +30,16 @@ class Population:
         dist: this process's place in the run (which clients it owns).
         initial_private: the module's private state before training (what a client that never
             trained starts from).
-        storage, storage_dir: the private-state store (``memory`` or ``disk``).
+        storage: the private-state store (``memory`` or ``disk``).
+        storage_dir: the folder of the ``disk`` store's file (None: the temporary folder).
         rounds, join_ratio, batch_size: told to clients through their context.
         memory_format: the memory format of the image batches (see memory_format.py).
     """
 
     def __init__(self, datamodule: FederatedDataModule, dist: Distributed,
-                 initial_private: dict[str, Tensor], storage: str, storage_dir: Any,
-                 rounds: int, join_ratio: float, batch_size: int,
+                 initial_private: dict[str, Tensor], storage: str,
+                 storage_dir: str | Path | None, rounds: int, join_ratio: float,
+                 batch_size: int,
                  memory_format: torch.memory_format = torch.contiguous_format) -> None:
         device = dist.device
         self.dist = dist
