@@ -8,7 +8,7 @@ difference of the final global model from the loop's (float tolerance: the batch
 in another order).
 
     python benchmarks/batched.py --accelerator cpu --groups 4 20      # one thread
-    python benchmarks/batched.py --accelerator cuda --groups 4 10 20  # benchmarks/gpu.py
+    python benchmarks/batched.py --accelerator cuda --groups 4 10 20  # on a GPU
 """
 
 from __future__ import annotations

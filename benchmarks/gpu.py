@@ -1,198 +1,506 @@
-"""The GPU check: placement, mixed precision, workers per GPU, memory and the floor (~6 minutes).
+"""The GPU measurement of batched clients, in one call: the loop, batched clients and batched
+clients with CUDA graphs per method, against the floor and against PFLlib (under 8 minutes on
+an H100).
 
-Run on a machine with one CUDA GPU; everything runs on ``cuda:0``.
+Sections, in this order (each writes its tables as soon as it ends; a section that fails
+writes its error in its place and the others run; past ``--budget`` seconds the runs left
+are skipped and said so):
 
-1. Placement: FedAvg and GPFL train one round on 3x32x32 inputs with forward hooks on every
-   submodule of the live client; every parameter, buffer, input and output tensor a module
-   sees must be on the GPU. Prints the count of tensors checked and of those found elsewhere
-   (exit code 1 if any: no silent CPU fallback).
-2. Precision: FedAvg with the 4-layer CNN trains ``--rounds`` rounds at ``32-true``,
-   ``bf16-mixed`` and ``16-mixed`` on the same clients: median training round (training +
-   aggregation, no evaluation), best and last personalized accuracy, peak GPU memory. With
-   ``--pfllib-root`` the clients are a PFLlib dataset folder (for example real CIFAR-10 written
-   by PFLlib's generator or by ``fedlight export-partition``), otherwise synthetic
-   CIFAR-shaped classes (then the accuracy only says the three precisions learn alike).
-3. Workers per GPU: ``benchmarks/workers.py`` in a child process (CUDA must not be initialized
-   in this process) for FedAvg and GPFL, 20 clients of 250 synthetic 3x32x32
-   samples, batch 10, 32-true, 1/2/4/8 workers per GPU: s/round, speed-up, clients per second
-   and whether the metrics equal one worker's. Then batched clients
-   (``benchmarks/batched.py``: ``trainer.batched_clients`` 4, 10 and 20 against the loop, FedAvg,
-   20 clients x 250, batch 10): s/round, ratio to the loop, clients per second and the largest
-   difference of the global model from the loop's.
-4. GPU memory per client: peak allocated memory of one round of FedAvg and GPFL with 20 and
-   with 100 clients of the same size; the difference / 80 is what each extra client costs
-   (client states live in host memory, so it is near zero; the peak is the one live module).
-5. The floor on this GPU (``benchmarks/floor.py``): FLOPs per sample and best throughput of
-   the 4-layer CNN at batch 512 on 3x32x32, the floor of the CIFAR-10 round (9000 training
-   samples) and fedlight's FedAvg round at batch 10 against it.
+1. ``floor``: training FLOPs per sample and the best throughput at batch 512 of each backbone
+   used below (``benchmarks/floor.py``: fp32, channels_last, TF32, bf16), so each workload's
+   round has a floor = its training samples / that throughput.
+2. ``cnn``: FedAvg, FedPer, GPFL, MAP, FedPick and Privatize "AaBb" on the 4-layer CNN at
+   batch 10, 20 clients x 250 real CIFAR-10 training images (IID), one local epoch: the
+   median training round (training + aggregation, rounds after the first) for the loop
+   (``batched_clients: 1``), batched (``auto``, ``cuda_graphs: false``) and batched with
+   CUDA graphs (``auto``, the default), its ratio to the floor, the group size, whether the
+   full steps were captured, the last personalized accuracy and the largest difference of
+   the global model from the loop's (cuDNN's kernels are not deterministic: accuracies are
+   the comparison on a GPU; the CPU tests check equality).
+3. ``pfllib``: ``benchmarks/vs_pfllib.py`` on the same GPU: FedAvg and GPFL on one exported
+   split (the same images, 20 clients, Dirichlet 0.1), ``--pfllib-rounds`` training rounds in
+   both (PFLlib's ``-gr R-1``), evaluation every 5: best accuracy, whole-process wall time
+   and the median round of each library. PFLlib imports cvxpy (for FedPAC) and calmsize at
+   start; where they are not installed, stand-ins that FedAvg and GPFL never call are put on
+   PFLlib's path.
+4. ``large``: the papers' larger backbones at their batch sizes: ResNet-18 at batch 10 (GPFL)
+   for FedAvg and GPFL, VGG11 at batch 64 (MAP, where to privatize) for FedAvg, MAP and
+   Privatize "AaBb"; the same columns as section 2.
+5. ``memory``: peak GPU memory (allocated) of one round of FedAvg on the 4-layer CNN,
+   batched with graphs, against the clients per round (5 to 40, 300 images each), and the
+   loop's at 20.
 
-    python benchmarks/gpu.py
-    python benchmarks/gpu.py --pfllib-root data/cifar10_pfllib --rounds 20
+Real data: the packed CIFAR-10 subset of ``benchmarks/pack_data.py`` (1000 training and 200
+test images per class, 35 MiB), ``data.source: packed``.
+
+Written to ``--out``: ``gpu.md`` (every table, the machine, the command), ``rounds.csv``
+(sections 2 and 4), ``floor.csv``, ``memory.csv`` and ``pfllib.csv`` (vs_pfllib's ``--raw``),
+each rewritten as its rows come.
+
+Here, once (the packed data, PFLlib's code and the wheels of fedlight's dependencies that the
+GPU machine lacks, all in ignored folders)::
+
+    python benchmarks/pack_data.py cifar10 --first-per-class 1000 200
+    mkdir -p gpu_data/PFLlib/dataset && cp -r ../PFLlib/system gpu_data/PFLlib/
+    python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
+        --implementation cp --platform manylinux2014_x86_64 -d .whl \\
+        jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.15.0
+
+On the GPU machine, one call carrying ``gpu_data/cifar10_1000_200.pt``, ``gpu_data/PFLlib``
+and ``.whl``::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && \\
+        PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --out $OUT --pfllib gpu_data/PFLlib
+
+Anywhere, in a minute on a CPU (2 rounds, 3 clients of 40 images, the CNN and a BatchNorm
+CNN, batched without graphs; PFLlib only where ``--pfllib`` is given)::
+
+    python benchmarks/gpu.py --smoke --out /tmp/gpu_smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import importlib.util
+import math
+import os
+import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from batched import main as batched_main
-from floor import best_throughput, fedlight_round_seconds, flops_per_sample, quiet
+import yaml
+from floor import flops_per_sample, quiet, throughputs
 
 from fedlight.clients import CLIENTS
 from fedlight.data import FederatedDataModule
+from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.trainer import FederatedTrainer
 
 BENCHMARKS = Path(__file__).resolve().parent
+ROOT = BENCHMARKS.parent
+DATA = ROOT / "gpu_data" / "cifar10_1000_200.pt"
+SECTIONS = ("floor", "cnn", "pfllib", "large", "memory")
+#: method label -> (fedlight class, constructor arguments)
+METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "FedAvg": ("FedAvg", {}), "FedPer": ("FedPer", {}), "GPFL": ("GPFL", {}),
+    "MAP": ("MAP", {}), "FedPick": ("FedPick", {}),
+    "Privatize AaBb": ("Privatize", {"way": "AaBb"}),
+}
+#: mode -> trainer options (``auto`` becomes the group size on a CPU, where auto is the loop)
+MODES: dict[str, dict[str, Any]] = {
+    "loop": {"batched_clients": 1},
+    "batched": {"batched_clients": "auto", "cuda_graphs": False},
+    "batched + graphs": {"batched_clients": "auto", "cuda_graphs": True},
+}
 
-SHAPE = (3, 32, 32)
-CIFAR_ROUND_SAMPLES = 9000
+
+@dataclass(frozen=True)
+class Workload:
+    """Clients of ``samples`` images each (75 % for training) training ``methods`` on
+    ``backbone`` at ``batch``."""
+
+    name: str
+    backbone: str
+    batch: int
+    methods: tuple[str, ...]
+    clients: int = 20
+    samples: int = 333
+    lr: float = 0.005
 
 
-def synthetic(clients: int, samples: int = 250) -> FederatedDataModule:
-    return FederatedDataModule(source="synthetic", num_clients=clients, partition="iid",
-                               synthetic_samples=clients * samples, synthetic_shape=SHAPE,
-                               synthetic_classes=10, min_client_size=2, seed=0)
+@dataclass
+class Settings:
+    """What one invocation measures (full size on a GPU, or ``--smoke``)."""
+
+    device: str
+    rounds: int
+    cnn: Workload
+    large: tuple[Workload, ...]
+    memory_clients: tuple[int, ...]
+    memory_samples: int
+    floor_batch: int
+    floor_steps: int
+    modes: tuple[str, ...]
+    pfllib_clients: int
+    pfllib_samples: int
 
 
-def train(method: str, data: FederatedDataModule, rounds: int, precision: str = "32-true",
-          client_hook: Any = None, lr: float = 0.005) -> FederatedTrainer:
-    """Fit `method` (4-layer CNN, batch 10) on cuda and return the trainer."""
+def settings(smoke: bool) -> Settings:
+    """The full measurement on a GPU, or a small one that runs on a CPU too."""
+    methods = tuple(METHODS)
+    if not smoke:
+        return Settings(
+            "cuda", 3, Workload("cnn, batch 10", "cnn", 10, methods),
+            (Workload("resnet18, batch 10", "resnet18", 10, ("FedAvg", "GPFL"), lr=0.01),
+             Workload("vgg11, batch 64", "vgg11", 64, ("FedAvg", "MAP", "Privatize AaBb"),
+                      lr=0.01)),
+            (5, 10, 20, 40), 300, 512, 10, tuple(MODES), 20, 333)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    modes = tuple(MODES) if device == "cuda" else ("loop", "batched")
+    return Settings(device, 2, Workload("cnn, batch 10", "cnn", 10, methods, 3, 40),
+                    (Workload("cnn_bn, batch 16", "cnn_bn", 16, ("FedAvg",), 3, 40),),
+                    (2, 3), 40, 32, 2, modes, 3, 40)
+
+
+def only(settings_: Settings, methods: Sequence[str]) -> Settings:
+    """``settings_`` with its workloads' methods cut to ``methods``."""
+    def cut(workload: Workload) -> Workload:
+        return replace(workload, methods=tuple(m for m in workload.methods if m in methods))
+    return replace(settings_, cnn=cut(settings_.cnn),
+                   large=tuple(cut(w) for w in settings_.large))
+
+
+# ----------------------------------------------------------------------------- output
+@dataclass
+class Report:
+    """The results folder: each section's rows, tables and errors, rewritten as they come."""
+
+    out: Path
+    command: str
+    started: float = field(default_factory=time.perf_counter)
+    budget: float = math.inf
+    machine: str = ""
+    sections: dict[str, list[str]] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def over_budget(self) -> bool:
+        return self.elapsed() > self.budget
+
+    def write_csv(self, name: str, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        with (self.out / name).open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def section(self, name: str, lines: list[str]) -> None:
+        self.sections[name] = lines
+        self.write()
+
+    def write(self) -> None:
+        text = ["# Batched clients on a GPU (`benchmarks/gpu.py`)", "", self.machine, "",
+                f"Command: `{self.command}`; {self.elapsed():.0f} s so far.", ""]
+        for lines in self.sections.values():
+            text += [*lines, ""]
+        (self.out / "gpu.md").write_text("\n".join(text))
+
+
+def markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
+    """A Markdown table of ``columns`` of ``rows`` (floats to 4 significant digits)."""
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "" if math.isnan(value) else f"{value:.4g}"
+        return str(value)
+    return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
+            *("| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows)]
+
+
+def run_section(report: Report, name: str, body: Callable[[], list[str]]) -> None:
+    """Run a section; its error, if any, is written where its tables would be."""
+    print(f"\n## {name} ({report.elapsed():.0f} s)", flush=True)
+    try:
+        lines = body()
+    except (Exception, SystemExit) as error:  # reported in its place; the others run
+        traceback.print_exc()
+        lines = [f"## {name}", "", f"failed: {type(error).__name__}: {error}"]
+    report.section(name, lines)
+
+
+# ----------------------------------------------------------------------------- runs
+def packed_data(data: Path, clients: int, samples: int, partition: str = "iid"
+                ) -> FederatedDataModule:
+    """``clients`` clients of at most ``samples`` images of the packed file (75 % train)."""
+    return FederatedDataModule(source="packed", root=str(data), num_clients=clients,
+                               partition=partition, beta=0.1, max_client_samples=samples,
+                               merge_test=True, seed=0)
+
+
+def fit(method: str, backbone: str, batch: int, lr: float, mode: str, data: FederatedDataModule,
+        settings_: Settings, rounds: int) -> tuple[FederatedTrainer, float]:
+    """One run; returns the trainer and its wall seconds."""
+    name, arguments = METHODS[method]
     data.setup()
     torch.manual_seed(0)
-    client = CLIENTS[method](backbone="cnn", num_classes=data.num_classes,
-                             input_shape=data.input_shape, lr=lr)
-    if client_hook:
-        client_hook(client)
-    with tempfile.TemporaryDirectory() as root, quiet():
-        trainer = FederatedTrainer(rounds=rounds, batch_size=10, accelerator="cuda", devices=1,
-                                   precision=precision, default_root_dir=root,
-                                   checkpoint_every=rounds, progress_bar=False, verbose=False)
-        trainer.fit(client, data)
-    return trainer
-
-
-class PlacementCheck:
-    """Forward hooks on every submodule recording tensors that are not on the GPU."""
-
-    def __init__(self) -> None:
-        self.checked = 0
-        self.off_device: list[str] = []
-
-    def attach(self, client: torch.nn.Module) -> None:
-        for name, module in client.named_modules():
-            module.register_forward_hook(self.hook(name or type(client).__name__))
-
-    def hook(self, name: str) -> Any:
-        def check(module: torch.nn.Module, inputs: tuple, output: Any) -> None:
-            tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False),
-                       *[t for t in inputs if isinstance(t, torch.Tensor)],
-                       *([output] if isinstance(output, torch.Tensor) else [])]
-            for tensor in tensors:
-                self.checked += 1
-                if tensor.device.type != "cuda":
-                    self.off_device.append(f"{name}: {tuple(tensor.shape)} on {tensor.device}")
-        return check
-
-
-def placement() -> bool:
-    print("\n## 1. Placement (one round, 4 clients, every module call checked)")
-    ok = True
-    for method in ("FedAvg", "GPFL"):
-        check = PlacementCheck()
-        train(method, synthetic(4, 50), 1, client_hook=check.attach)
-        print(f"{method:7s} tensors checked {check.checked:7d}   off the GPU "
-              f"{len(check.off_device):3d}  {'; '.join(check.off_device[:3])}")
-        ok = ok and not check.off_device
-    return ok
-
-
-def precision(args: argparse.Namespace) -> None:
-    source = f"PFLlib folder {args.pfllib_root}" if args.pfllib_root else \
-        "synthetic 3x32x32, 20 clients x 250, IID"
-    print(f"\n## 2. Precision (FedAvg, cnn, batch 10, lr 0.005, {args.rounds} rounds, {source})")
-    print(f"{'precision':11s} {'s/round':>8s} {'best acc':>9s} {'last acc':>9s} {'peak MiB':>9s}")
-    for name in ("32-true", "bf16-mixed", "16-mixed"):
-        data = (FederatedDataModule(source="pfllib", root=args.pfllib_root)
-                if args.pfllib_root else synthetic(20))
-        torch.cuda.reset_peak_memory_stats()
-        trainer = train("FedAvg", data, args.rounds, precision=name)
-        accuracy = [row["personalized_accuracy"] for row in trainer.history]
-        seconds = statistics.median(trainer.round_seconds[1:] or trainer.round_seconds)
-        print(f"{name:11s} {seconds:8.3f} {100 * max(accuracy):9.2f} {100 * accuracy[-1]:9.2f} "
-              f"{torch.cuda.max_memory_allocated() / 2**20:9.1f}", flush=True)
-
-
-def workers(args: argparse.Namespace) -> None:
-    print("\n## 3. Workers per GPU (benchmarks/workers.py, 20 clients x 250, batch 10, 32-true)")
-    command = [sys.executable, str(BENCHMARKS / "workers.py"), "--accelerator", "cuda",
-               "--samples", "250", "--methods", "FedAvg", "GPFL",
-               "--clients", "20", "--batches", "10", "--precisions", "32-true",
-               "--workers", *map(str, args.workers), "--rounds", "3"]
+    client = CLIENTS[name](backbone=backbone, num_classes=data.num_classes,
+                           input_shape=data.input_shape, lr=lr, **arguments)
+    options = dict(MODES[mode])
+    if options["batched_clients"] == "auto" and settings_.device != "cuda":
+        options["batched_clients"] = data.num_clients  # auto is the loop on a CPU
     started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    print(result.stdout.rstrip())
-    if result.returncode:
-        print(f"workers.py failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    print(f"({time.perf_counter() - started:.0f} s)")
-    print("\n## 3b. Batched clients (benchmarks/batched.py, FedAvg, 20 clients x 250, batch 10)")
-    batched_main(["--accelerator", "cuda", "--groups", "4", "10", "20", "--rounds", "3"])
+    with tempfile.TemporaryDirectory() as root, quiet():
+        trainer = FederatedTrainer(
+            rounds=rounds, batch_size=batch, accelerator=settings_.device, devices=1,
+            eval_every=rounds, checkpoint_every=rounds, default_root_dir=root,
+            progress_bar=False, verbose=False, **options)
+        trainer.fit(client, data)
+    return trainer, time.perf_counter() - started
 
 
-def memory() -> None:
-    print("\n## 4. GPU memory per client (one round, 32-true)")
-    for method in ("FedAvg", "GPFL"):
-        peaks = {}
-        for clients in (20, 100):
-            torch.cuda.reset_peak_memory_stats()
-            train(method, synthetic(clients, 50), 1)
-            peaks[clients] = torch.cuda.max_memory_allocated() / 2**20
-        print(f"{method:7s} peak 20 clients {peaks[20]:8.1f} MiB, 100 clients {peaks[100]:8.1f} "
-              f"MiB, per extra client {(peaks[100] - peaks[20]) / 80 * 1024:8.1f} KiB")
+def engine_facts(trainer: FederatedTrainer) -> dict[str, Any]:
+    """Which engine trained, with what group size, and whether its full steps replayed."""
+    engine = trainer.engine
+    if not isinstance(engine, BatchedEngine):
+        return {"engine": "loop", "group": 1, "captured": ""}
+    steps = [w.full for w in engine.workspaces.values()]
+    failures = sorted({s.failure for s in steps if s.failure})
+    captured = ("yes" if steps and all(s.captured for s in steps) else
+                "no" if engine.capture is None else "partly")
+    return {"engine": "batched", "group": engine.group_size, "captured": captured,
+            "capture_failure": "; ".join(failures)}
 
 
-def floor() -> None:
-    print("\n## 5. Floor on this GPU (cnn, 3x32x32, training step at batch 512)")
-    device = torch.device("cuda")
-    flops = flops_per_sample("cnn", SHAPE, 10, 32)
-    best = best_throughput("cnn", SHAPE, 10, 512, 20, device, flops)
-    floor_s = CIFAR_ROUND_SAMPLES / best.samples_per_second
-    print(f"{flops / 1e6:.2f} MFLOP/sample; best {best.setting}: {best.samples_per_second:.0f} "
-          f"samples/s, {best.flops_per_second / 1e12:.2f} TFLOP/s; round floor "
-          f"({CIFAR_ROUND_SAMPLES} samples) {floor_s:.3f} s")
-    seconds = fedlight_round_seconds(3, "cuda", CIFAR_ROUND_SAMPLES)
-    print(f"fedlight FedAvg round at batch 10: {seconds:.3f} s = {seconds / floor_s:.1f}x the "
-          "floor (batch 10 is launch-bound on a GPU: see section 3 for workers per GPU)")
+def global_difference(trainer: FederatedTrainer, reference: FederatedTrainer | None) -> float:
+    """The largest absolute difference of the global model from the reference run's."""
+    if reference is None or not trainer.global_state:
+        return math.nan
+    return max(float((v.float().cpu() - reference.global_state[k].float().cpu()).abs().max())
+               for k, v in trainer.global_state.items())
 
 
-def main() -> None:
+def reset_peak() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_mib() -> float:
+    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else math.nan
+
+
+def workload_rows(report: Report, workload: Workload, data: Path, settings_: Settings,
+                  floors: dict[str, float], rows: list[dict[str, Any]]) -> None:
+    """Every method x mode of ``workload``, each row added to ``rows`` (and rounds.csv)."""
+    module = packed_data(data, workload.clients, workload.samples)
+    module.setup()
+    samples = sum(module.client_train_size(i) for i in range(module.num_clients))
+    floor = samples / floors[workload.backbone] if workload.backbone in floors else math.nan
+    for method in workload.methods:
+        reference = None
+        for mode in settings_.modes:
+            row: dict[str, Any] = {"workload": workload.name, "method": method, "mode": mode,
+                                   "train samples / round": samples, "floor s": floor}
+            rows.append(row)
+            if report.over_budget():
+                row["note"] = "skipped (time budget)"
+            else:
+                try:
+                    reset_peak()
+                    trainer, wall = fit(method, workload.backbone, workload.batch, workload.lr,
+                                        mode, module, settings_, settings_.rounds)
+                except Exception as error:  # a failed run is a row, not the end
+                    traceback.print_exc()
+                    row["note"] = f"failed: {type(error).__name__}: {error}"
+                else:
+                    timed = trainer.round_seconds[1:] or trainer.round_seconds
+                    seconds = statistics.median(timed)
+                    row.update({"s / round": seconds, "x floor": seconds / floor,
+                                "first round s": trainer.round_seconds[0],
+                                "last pers. acc": trainer.history[-1]["personalized_accuracy"],
+                                "max |global - loop|": global_difference(trainer, reference),
+                                "peak MiB": peak_mib(), "run s": wall, **engine_facts(trainer)})
+                    reference = reference or (trainer if mode == "loop" else None)
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), flush=True)
+            report.write_csv("rounds.csv", rows)
+
+
+ROUND_COLUMNS = ("method", "mode", "engine", "group", "captured", "s / round", "x floor",
+                 "first round s", "last pers. acc", "max |global - loop|", "peak MiB", "note")
+
+
+def speedups(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Per method: the loop's round over batched's and over batched + graphs'."""
+    lines = []
+    for (workload, method) in dict.fromkeys((r["workload"], r["method"]) for r in rows):
+        seconds = {r["mode"]: r.get("s / round", math.nan) for r in rows
+                   if (r["workload"], r["method"]) == (workload, method)}
+        loop = seconds.get("loop", math.nan)
+        parts = [f"{mode} {loop / value:.2f}x" for mode, value in seconds.items()
+                 if mode != "loop" and value == value]
+        if parts:
+            lines.append(f"- {workload}, {method}: loop / {'; loop / '.join(parts)}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- sections
+def floor_section(report: Report, settings_: Settings, floors: dict[str, float]) -> list[str]:
+    device = torch.device(settings_.device)
+    backbones = dict.fromkeys([settings_.cnn.backbone, *(w.backbone for w in settings_.large)])
+    rows = []
+    for backbone in backbones:
+        with quiet():
+            flops = flops_per_sample(backbone, (3, 32, 32), 10, 32)
+            measured = throughputs(backbone, (3, 32, 32), 10, settings_.floor_batch,
+                                   settings_.floor_steps, device, flops)
+        best = max(measured, key=lambda t: t.samples_per_second)
+        floors[backbone] = best.samples_per_second
+        rows.append({"backbone": backbone, "input": "3x32x32", "MFLOP / sample": flops / 1e6,
+                     "best setting": best.setting, "samples / s": best.samples_per_second,
+                     "GFLOP / s": best.flops_per_second / 1e9})
+        print(rows[-1], flush=True)
+    report.write_csv("floor.csv", rows)
+    return [f"## Floor (training step at batch {settings_.floor_batch}, best setting)", "",
+            *markdown(rows, list(rows[0]))]
+
+
+def rounds_section(report: Report, workloads: Sequence[Workload], data: Path,
+                   settings_: Settings, floors: dict[str, float],
+                   rows: list[dict[str, Any]], title: str) -> list[str]:
+    start = len(rows)
+    for workload in workloads:
+        workload_rows(report, workload, data, settings_, floors, rows)
+    lines = [f"## {title}", "",
+             f"{settings_.rounds} rounds per run, the median training round after the first; "
+             "x floor = s / round over the workload's floor (training samples of a round at "
+             "the floor section's samples / s).", ""]
+    for workload in workloads:
+        mine = [r for r in rows[start:] if r["workload"] == workload.name]
+        lines += [f"### {workload.name} ({workload.clients} clients, "
+                  f"{mine[0]['train samples / round'] if mine else '?'} training images a "
+                  "round)", "", *markdown(mine, ROUND_COLUMNS), "", *speedups(mine), ""]
+    return lines
+
+
+def memory_section(report: Report, data: Path, settings_: Settings) -> list[str]:
+    rows = []
+    runs = [("batched + graphs", k) for k in settings_.memory_clients]
+    runs.append(("loop", settings_.memory_clients[-2 if len(runs) > 1 else -1]))
+    for mode, clients in runs:
+        if report.over_budget():
+            rows.append({"mode": mode, "clients / round": clients, "note": "skipped (time)"})
+            continue
+        module = packed_data(data, clients, settings_.memory_samples)
+        reset_peak()
+        trainer, _ = fit("FedAvg", "cnn", 10, 0.005, mode, module, settings_, 1)
+        rows.append({"mode": mode, "clients / round": clients, "peak MiB": peak_mib(),
+                     "s / round": trainer.round_seconds[0], **engine_facts(trainer)})
+        print(rows[-1], flush=True)
+        report.write_csv("memory.csv", rows)
+    return ["## Peak GPU memory against clients per round (FedAvg, cnn, batch 10, one round "
+            f"with its evaluation, {settings_.memory_samples} images per client)", "",
+            *markdown(rows, ("mode", "clients / round", "group", "peak MiB", "s / round",
+                             "note"))]
+
+
+STUBS = {
+    "cvxpy": '"""Stand-in for cvxpy: PFLlib imports it for FedPAC, which is not run here."""\n',
+    "calmsize": ('"""Stand-in for calmsize: PFLlib prints a memory report with it."""\n\n\n'
+                 "def size(num_bytes):\n    return f'{num_bytes:.0f}B'\n"),
+}
+
+
+def pfllib_section(report: Report, pfllib: Path, data: Path, settings_: Settings,
+                   rounds: int) -> list[str]:
+    spec = importlib.util.spec_from_file_location("vs_pfllib", BENCHMARKS / "vs_pfllib.py")
+    assert spec is not None and spec.loader is not None
+    vs_pfllib = importlib.util.module_from_spec(spec)
+    sys.modules["vs_pfllib"] = vs_pfllib
+    spec.loader.exec_module(vs_pfllib)
+    (pfllib / "dataset").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        stubs = Path(folder) / "stubs"
+        stubs.mkdir()
+        for name, text in STUBS.items():
+            if importlib.util.find_spec(name) is None:
+                (stubs / f"{name}.py").write_text(text)
+        config = Path(folder) / "gpu_pfllib.yaml"
+        config.write_text(yaml.safe_dump({
+            "model": {"class_path": "FedAvg", "init_args": {"backbone": "cnn", "lr": 0.005}},
+            "data": {"source": "packed", "root": str(data.resolve()),
+                     "num_clients": settings_.pfllib_clients, "partition": "dirichlet",
+                     "beta": 0.1, "max_client_samples": settings_.pfllib_samples,
+                     "merge_test": True, "train_fraction": 0.75, "seed": 0},
+            "trainer": {"rounds": rounds, "join_ratio": 1.0, "local_epochs": 1,
+                        "batch_size": 10, "eval_every": min(5, rounds), "seed": 0,
+                        "weighting": "samples", "accelerator": settings_.device}}))
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stubs), saved]))
+        try:
+            argv = [str(pfllib), "--config", str(config), "--rounds", str(rounds),
+                    "--methods", "FedAvg", "GPFL", "--device", settings_.device,
+                    "--raw", str(report.out / "pfllib.csv"),
+                    "--out", str(Path(folder) / "pfllib.md")]
+            vs_pfllib.main(argv)
+            text = (Path(folder) / "pfllib.md").read_text().splitlines()
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+    return ["## fedlight (batched_clients: auto) against PFLlib on the same GPU and split", "",
+            f"{settings_.pfllib_clients} clients, Dirichlet 0.1, at most "
+            f"{settings_.pfllib_samples} images each, {rounds} training rounds in both, "
+            "evaluation every 5; stand-ins for PFLlib's unused imports: "
+            f"{', '.join(sorted(p.stem for p in stubs.glob('*.py'))) or 'none'}.", "",
+            *text[2:]]
+
+
+# ----------------------------------------------------------------------------- main
+def machine(device: str) -> str:
+    if device == "cuda":
+        properties = torch.cuda.get_device_properties(0)
+        gpu = f"{torch.cuda.get_device_name(0)} ({properties.total_memory / 2**30:.0f} GiB)"
+    else:
+        gpu = "no GPU (CPU)"
+    return (f"Machine: {gpu}, {os.cpu_count()} CPU cores; torch {torch.__version__}, "
+            f"Python {sys.version.split()[0]}.")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=10, help="rounds of the precision runs")
-    parser.add_argument("--pfllib-root", default=None, help="PFLlib dataset folder (optional)")
-    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8])
-    parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["placement", "precision", "workers", "memory", "floor"])
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("error: benchmarks/gpu.py needs a CUDA GPU; torch sees none")
-    if "workers" not in args.skip:  # first: its processes fork before CUDA is initialized here
-        workers(args)
-    print(f"device {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
-    placed = "placement" in args.skip or placement()
-    if "precision" not in args.skip:
-        precision(args)
-    if "memory" not in args.skip:
-        memory()
-    if "floor" not in args.skip:
-        floor()
-    sys.exit(0 if placed else 1)
+    parser.add_argument("--out", type=Path, required=True, help="results folder")
+    parser.add_argument("--data", type=Path, default=DATA, help="the packed CIFAR-10 subset")
+    parser.add_argument("--pfllib", type=Path, default=None,
+                        help="a PFLlib checkout (its system/ folder); none: no PFLlib section")
+    parser.add_argument("--pfllib-rounds", type=int, default=15)
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                        help="the methods of the cnn and large sections (default: all)")
+    parser.add_argument("--budget", type=float, default=420.0,
+                        help="seconds after which the runs left are skipped")
+    parser.add_argument("--smoke", action="store_true",
+                        help="2 rounds of tiny workloads, on a CPU where there is no GPU")
+    args = parser.parse_args(argv)
+    settings_ = only(settings(args.smoke), args.methods)
+    if settings_.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: benchmarks/gpu.py needs a CUDA GPU (or --smoke); torch sees "
+                         "none")
+    if not args.data.is_file():
+        raise SystemExit(f"error: no packed data at {args.data}; run python "
+                         "benchmarks/pack_data.py cifar10 --first-per-class 1000 200")
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/gpu.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    report = Report(args.out, command, budget=args.budget, machine=machine(settings_.device))
+    floors: dict[str, float] = {}
+    rows: list[dict[str, Any]] = []
+    bodies: dict[str, Callable[[], list[str]]] = {
+        "floor": lambda: floor_section(report, settings_, floors),
+        "cnn": lambda: rounds_section(report, [settings_.cnn], args.data, settings_, floors,
+                                      rows, "Seconds per round, 4-layer CNN at batch 10"),
+        "pfllib": lambda: (pfllib_section(report, args.pfllib, args.data, settings_,
+                                          args.pfllib_rounds if not args.smoke else 2)
+                           if args.pfllib else ["## PFLlib", "", "not run (no --pfllib)"]),
+        "large": lambda: rounds_section(report, settings_.large, args.data, settings_, floors,
+                                        rows, "Seconds per round, the papers' larger backbones"),
+        "memory": lambda: memory_section(report, args.data, settings_),
+    }
+    for name in SECTIONS:
+        if name in args.sections:
+            run_section(report, name, bodies[name])
+    print(f"\nwrote {args.out}/gpu.md in {report.elapsed():.0f} s", flush=True)
 
 
 if __name__ == "__main__":

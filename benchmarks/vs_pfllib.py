@@ -16,7 +16,9 @@ https://github.com/TsingZ0/PFLlib``; nothing of PFLlib is shipped with fedlight)
    ``best_personalized_accuracy``; PFLlib's printed "Best accuracy", the same pooled
    accuracy over all clients' test samples), the wall and CPU seconds side by side, and the
    speed-up: with ``--repeats N`` the two run in turn N times and the ratio is taken pair by
-   pair (its median, smallest and largest), which holds when the machine's speed drifts.
+   pair (its median, smallest and largest), which holds when the machine's speed drifts;
+   then each library's median round (fedlight's metrics.csv ``seconds``, PFLlib's printed
+   "time cost") and their ratio, which leaves the processes' start-up out.
 
 Equal training: PFLlib's ``-gr N`` trains N + 1 rounds (``range(global_rounds + 1)`` in its
 servers), evaluating before each round's training, so for R rounds PFLlib gets ``-gr R-1``:
@@ -172,6 +174,25 @@ def pfllib_rounds(rounds: int) -> int:
     return rounds - 1
 
 
+def pfllib_round_seconds(stdout: str) -> float:
+    """The median of the per-round times PFLlib prints ("---- time cost ---- 1.23": a
+    round's selection, evaluation where due, training and aggregation); NaN when none."""
+    seconds = [float(line.split()[-1]) for line in stdout.splitlines()
+               if "time cost" in line and line.split()[-1].replace(".", "", 1).isdigit()]
+    return statistics.median(seconds) if seconds else math.nan
+
+
+def fedlight_round_seconds(run: Path) -> float:
+    """The median of a fedlight run's per-round seconds (metrics.csv's ``seconds``: a
+    round's training, aggregation and evaluation where due); NaN without the file."""
+    metrics = run / "metrics.csv"
+    if not metrics.is_file():
+        return math.nan
+    with metrics.open() as handle:
+        seconds = [float(row["seconds"]) for row in csv.DictReader(handle) if row.get("seconds")]
+    return statistics.median(seconds) if seconds else math.nan
+
+
 def best_accuracy(stdout: str) -> float:
     """The value PFLlib prints on the line after "Best accuracy." (NaN when absent)."""
     lines = [line.strip() for line in stdout.splitlines()]
@@ -212,17 +233,19 @@ def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> Timing:
 
 #: the columns of --raw, one row per timed process
 RAW_COLUMNS = ["method", "repeat", "library", "variant", "rounds", "started_utc",
-               "load_1min_at_start", "wall_s", "cpu_s", "best_accuracy", "command"]
+               "load_1min_at_start", "wall_s", "cpu_s", "best_accuracy", "command",
+               "median_round_s"]
 
 
 def raw_row(method: str, repeat: int, library: str, variant: str, rounds: int,
-            timing: Timing, accuracy: float, command: str) -> dict[str, Any]:
+            timing: Timing, accuracy: float, command: str,
+            round_seconds: float = math.nan) -> dict[str, Any]:
     """One process of the comparison as --raw records it."""
     return {"method": method, "repeat": repeat, "library": library, "variant": variant,
             "rounds": rounds, "started_utc": timing.started,
             "load_1min_at_start": f"{timing.load:.2f}", "wall_s": f"{timing.wall:.2f}",
             "cpu_s": f"{timing.cpu:.2f}", "best_accuracy": f"{accuracy:.6f}",
-            "command": command}
+            "command": command, "median_round_s": f"{round_seconds:.4f}"}
 
 
 def write_raw(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -261,6 +284,19 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{median(fast, 'wall'):.1f} | {median(slow, 'wall'):.1f} | "
             f"{median(fast, 'cpu'):.1f} | {median(slow, 'cpu'):.1f} | "
             f"{statistics.median(ratios):.2f}x{spread} |")
+    return "\n".join(lines)
+
+
+def round_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Each library's median round (over the rounds of a process, then over the repeats)
+    and their ratio: the per-round speed-up, without the processes' start-up."""
+    lines = ["| method | fedlight median round (s) | PFLlib median round (s) | "
+             "speed-up (round) |", "|" + " --- |" * 4]
+    for row in rows:
+        ours = statistics.median(row.get("fedlight_round") or [math.nan])
+        theirs = statistics.median(row.get("pfllib_round") or [math.nan])
+        label = f"{row['method']}, {row['variant']}" if row.get("variant") else row["method"]
+        lines.append(f"| {label} | {ours:.4f} | {theirs:.4f} | {theirs / ours:.2f}x |")
     return "\n".join(lines)
 
 
@@ -312,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     name = dataset_name(data.input_shape, config, args.set)
     folder = (args.pfllib / "dataset" / name).resolve()
     env = {**os.environ, "WANDB_MODE": "offline"}
+    # fedlight from this checkout, ahead of what the environment already adds
+    fedlight_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if args.threads is not None:
         env["OMP_NUM_THREADS"] = str(args.threads)
     split_config = changed_config(config, args.set, folder.with_suffix(".yaml"))
@@ -320,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         print(shlex.join(export))
     else:
-        timed(export, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+        timed(export, ROOT, {**env, "PYTHONPATH": fedlight_path})
     info = {"num_clients": data.num_clients, "num_classes": data.num_classes}
     if (folder / "config.json").is_file():
         info.update(json.loads((folder / "config.json").read_text()))
@@ -344,24 +382,29 @@ def main(argv: list[str] | None = None) -> None:
                 print(*(shlex.join(fit) for fit in fits.values()), in_pfllib, sep="\n")
                 continue
             method_rows = {variant: {"method": label, "variant": variant, "fedlight_time": [],
-                                     "pfllib_time": []} for variant in fits}
+                                     "pfllib_time": [], "fedlight_round": [],
+                                     "pfllib_round": []} for variant in fits}
             for repeat in range(args.repeats):
                 for variant, fit in fits.items():
                     shutil.rmtree(Path(runs) / label, ignore_errors=True)
-                    timing = timed(fit, ROOT, {**env, "PYTHONPATH": str(ROOT)})
+                    timing = timed(fit, ROOT, {**env, "PYTHONPATH": fedlight_path})
                     summary = json.loads((Path(runs) / label / "summary.json").read_text())
                     accuracy = summary["best_personalized_accuracy"]
+                    seconds = fedlight_round_seconds(Path(runs) / label)
                     method_rows[variant]["fedlight_time"].append(timing)
+                    method_rows[variant]["fedlight_round"].append(seconds)
                     method_rows[variant]["fedlight"] = accuracy
                     records.append(raw_row(label, repeat, "fedlight", variant, args.rounds,
-                                           timing, accuracy, shlex.join(fit)))
+                                           timing, accuracy, shlex.join(fit), seconds))
                 timing = timed(theirs, main_py.parent, env)
                 accuracy = best_accuracy(timing.stdout)
+                seconds = pfllib_round_seconds(timing.stdout)
                 for row in method_rows.values():
                     row["pfllib_time"].append(timing)
+                    row["pfllib_round"].append(seconds)
                     row["pfllib"] = accuracy
                 records.append(raw_row(label, repeat, "PFLlib", "", args.rounds, timing,
-                                       accuracy, in_pfllib))
+                                       accuracy, in_pfllib, seconds))
                 if args.raw:
                     write_raw(args.raw, records)
             rows += method_rows.values()
@@ -379,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         f"= the median over {args.repeats} run(s) of each whole process from start to exit "
         "(import, data, training, evaluation; CPU = user + system of it and its children), "
         "the two libraries in turn; speed-up = the median of the pairs' wall ratios.", "",
-        table(rows), ""])
+        table(rows), "", round_table(rows), ""])
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

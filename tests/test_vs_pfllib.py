@@ -174,3 +174,15 @@ def test_a_variant_without_a_label_is_a_one_line_error():
         vs_pfllib.parse_variant("--trainer.devices=1")
     assert vs_pfllib.parse_variant("one process=--trainer.devices=1 --trainer.threads=1") == (
         "one process", ["--trainer.devices=1", "--trainer.threads=1"])
+
+
+def test_median_rounds_are_read_from_pfllibs_output_and_fedlights_metrics(tmp_path):
+    line = "-" * 25 + " time cost " + "-" * 25
+    out = f"{line} 1.5\nRound number: 3\n{line} 0.5\n{line} 0.75\n"
+    assert vs_pfllib.pfllib_round_seconds(out) == 0.75
+    assert math.isnan(vs_pfllib.pfllib_round_seconds("Best accuracy.\n0.5"))
+    (tmp_path / "metrics.csv").write_text("round,seconds\n1,2.0\n2,0.5\n3,0.25\n")
+    assert vs_pfllib.fedlight_round_seconds(tmp_path) == 0.5
+    assert math.isnan(vs_pfllib.fedlight_round_seconds(tmp_path / "missing"))
+    row = {"method": "GPFL", "fedlight_round": [0.5, 0.25], "pfllib_round": [3.0]}
+    assert vs_pfllib.round_table([row]).splitlines()[-1] == "| GPFL | 0.3750 | 3.0000 | 8.00x |"
