@@ -47,10 +47,12 @@ GPU machine lacks, all in ignored folders)::
         jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.15.0
 
 On the GPU machine, one call carrying ``gpu_data/cifar10_1000_200.pt``, ``gpu_data/PFLlib``
-and ``.whl``::
+and ``.whl`` (about 40 MiB with the working tree), given 570 s, ``OUT`` the folder that
+comes back::
 
-    python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && \\
-        PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --out $OUT --pfllib gpu_data/PFLlib
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \\
+        .whl/*.whl && PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py \\
+        --out $OUT --pfllib gpu_data/PFLlib 2>&1 | tee $OUT/log.txt
 
 Anywhere, in a minute on a CPU (2 rounds, 3 clients of 40 images, the CNN and a BatchNorm
 CNN, batched without graphs; PFLlib only where ``--pfllib`` is given)::
