@@ -34,6 +34,7 @@ from fedlight.flower.simulate import (  # noqa: E402
     simulate,
     without_engine_notes,
 )
+from tests.metric_rows import assert_same_rows  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = ["--data.num_clients", "20", "--trainer.rounds", "2", "--trainer.join_ratio", "0.1",
@@ -56,33 +57,17 @@ def _flower(config: str, overrides: list[str], state_dir: Path, grid_class=Inlin
     return run, serve(grid, run)
 
 
-def _rows(history):
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
-
-
 @pytest.fixture(scope="module")
 def fedavg_fit(tmp_path_factory):
     root = tmp_path_factory.mktemp("fit")
     return root, _fit("fedavg/mnist5k_dirichlet.yaml", _tiny(root))
 
 
-def _same_rows(ours, theirs, **tolerance):
-    """Row by row and the missing (None) values apart: pytest.approx takes one flat dict of
-    numbers, not a list of dicts nor None (pytest 9.2 raises TypeError on either)."""
-    for mine, other in zip(_rows(ours), _rows(theirs), strict=True):
-        assert mine.keys() == other.keys()
-        missing = {key for key, value in other.items() if value is None}
-        assert {key for key, value in mine.items() if value is None} == missing
-        numbers = {key: value for key, value in mine.items() if key not in missing}
-        assert numbers == pytest.approx(
-            {key: value for key, value in other.items() if key not in missing}, **tolerance)
-
-
 def _same_run(outcome, trainer):
     assert set(outcome.global_state) == set(trainer.global_state)
     for key, value in trainer.global_state.items():
         torch.testing.assert_close(outcome.global_state[key], value.cpu(), rtol=1e-5, atol=1e-6)
-    _same_rows(outcome.history, trainer.history, rel=1e-5)
+    assert_same_rows(outcome.history, trainer.history, rel=1e-5)
 
 
 def test_fedavg_under_flower_gives_the_global_state_of_fit(fedavg_fit, tmp_path):
@@ -149,7 +134,7 @@ def test_private_modules_payloads_and_scores_after_training_work_under_flower(tm
                build_client_app(str(CONFIGS / config), overrides, str(tmp_path / "state")), 20)
     (outcome,) = out
     assert [row["round"] for row in outcome.history] == [2]
-    _same_rows(outcome.history, _fit(config, overrides).history, rel=1e-6)
+    assert_same_rows(outcome.history, _fit(config, overrides).history, rel=1e-6)
     assert (Path(outcome.summary["run_dir"]) / "summary.json").is_file()
     assert list((tmp_path / "state").glob("*/client-*/round-*.pt"))
 
@@ -303,7 +288,7 @@ def test_a_flower_run_checkpoints_and_resumes_like_fit(tmp_path):
     resumed = _inline(tmp_path, _tiny(tmp_path, *FOUR, "--trainer.rounds", "3",
                                       "--ckpt_path", "last"))
     assert resumed.summary["run_dir"] == str(folder)
-    _same_rows(resumed.history, whole.history)
+    assert_same_rows(resumed.history, whole.history)
     for key, value in whole.global_state.items():
         assert torch.equal(value, resumed.global_state[key]), key
 

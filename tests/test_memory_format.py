@@ -21,7 +21,8 @@ def image_client(cls=FedAvg, backbone="cnn", **kwargs):
 
 
 @pytest.mark.parametrize("backbone, expected", [
-    ("cnn", torch.channels_last), ("lenet", torch.channels_last),
+    ("cnn", torch.channels_last), ("lenet", torch.channels_last), ("vgg11", torch.channels_last),
+    ("vgg8", torch.channels_last), ("vgg16_bn", torch.channels_last),
     ("resnet18", torch.contiguous_format), ("mlp", torch.contiguous_format)])
 def test_auto_follows_what_each_backbone_measured_faster_in(backbone, expected):
     model = build_backbone(backbone, (3, 32, 32), 10)

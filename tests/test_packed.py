@@ -12,7 +12,7 @@ import dataset_files
 import pytest
 import torch
 
-from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.data import FederatedDataModule
 from fedlight.data.sources import load_source
 
@@ -86,11 +86,11 @@ def test_a_missing_or_foreign_file_is_a_one_line_error(tmp_path):
         load_source("packed", root=tmp_path / "none.pt")
     foreign = tmp_path / "foreign.pt"
     torch.save({"x": torch.zeros(2)}, foreign)
-    with pytest.raises(ConfigError, match="has format None, not 'fedlight-packed-1'"):
+    with pytest.raises(DamagedFileError, match="has format None, not 'fedlight-packed-1'"):
         load_source("packed", root=foreign)
     broken = tmp_path / "broken.pt.xz"
     broken.write_bytes(b"not xz")
-    with pytest.raises(ConfigError, match="is not a packed dataset"):
+    with pytest.raises(DamagedFileError, match="is not a packed dataset"):
         load_source("packed", root=broken)
     with pytest.raises(ConfigError, match="set data.root to it"):
         load_source("packed")

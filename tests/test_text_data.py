@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from fedlight.cli import main
+from fedlight.core.errors import DownloadError, FedlightError
 from fedlight.data import FederatedDataModule, load_source
 from fedlight.data.agnews import MAX_TOKENS, URLS, build_vocabulary, encode, tokenize
 from fedlight.data.amazon_review import DRIVE_ID
@@ -113,6 +114,24 @@ def test_har_and_amazon_review_downloads_fetch_their_archives(tmp_path, monkeypa
     assert len(load_source("har", root=tmp_path / "har", download=True).y_train) == 24
     assert load_source("amazon_review", root=tmp_path / "amz", download=True).num_classes == 2
     assert fetched == [(HAR_URL, "UCI HAR Dataset.zip"), (DRIVE_ID, "amazon.npz")]
+
+
+@pytest.mark.parametrize("source, helper, names", [
+    ("agnews", "download_url", r"put (train|test).csv there yourself"),
+    ("har", "download_and_extract_archive", "unpack the zip there yourself"),
+    ("amazon_review", "download_file_from_google_drive", "put amazon.npz there yourself"),
+    ("tinyimagenet", "download_and_extract_archive", "download it yourself and unpack"),
+])
+def test_an_offline_download_is_one_user_error_saying_where_to_put_the_files(
+        tmp_path, monkeypatch, source, helper, names):
+    def offline(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(f"torchvision.datasets.utils.{helper}", offline)
+    with pytest.raises(DownloadError, match=f"could not download.*{names}") as error:
+        load_source(source, root=tmp_path / source, download=True)
+    assert "network is unreachable" in str(error.value) and "\n" not in str(error.value)
+    assert isinstance(error.value, FedlightError)
 
 
 def test_missing_files_say_how_to_get_them(tmp_path):

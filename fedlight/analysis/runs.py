@@ -32,14 +32,12 @@ from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.files import csv_number
 from fedlight.core.messages import TrainTask
 from fedlight.core.rules import WeightedSum, aggregation_weight
-from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.errors import did_you_mean
-from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.options import TrainerOptions
 from fedlight.federation.outputs.checkpoints import NAMED, load_checkpoint
-from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed
-from fedlight.federation.runtime import ClientRuntime
+from fedlight.federation.runtime import ClientRuntime, build_client_runtime
 
 #: What a run folder holds that every analysis needs.
 RUN_FILES = ("config.yaml", "partition.json")
@@ -100,7 +98,7 @@ class FinishedRun:
         self.model.load_state_dict({**(self.global_state if shared is None else shared),
                                     **(self.private_state(client_id) if private is None
                                        else private)}, strict=True)
-        self.model.context = self._population().context(client_id, self.rounds_done)
+        self.model.context = self._runtime().population.context(client_id, self.rounds_done)
         return self.model.eval()
 
     def load_global(self) -> FederatedClient | None:
@@ -117,15 +115,8 @@ class FinishedRun:
         """Client ``client_id``'s local training of the round after the checkpoint's, as the
         run would train it (its download, private state, seed, batches and phases): the
         module after training, in eval mode, and its upload's shared state."""
-        population = self._population()
-        population.restore(self.checkpoint)
-        config = self.trainer_config
-        loop = LocalLoop(population.dist.fabric, int(config["batch_size"]),
-                         config.get("gradient_clip_val"),
-                         config.get("gradient_clip_algorithm", "norm"),
-                         config.get("optimizer_state", "fresh"), config.get("max_local_steps"))
-        runtime = ClientRuntime(population.dist.fabric, self.model, population, loop,
-                                int(config["seed"]), int(config["local_epochs"]))
+        runtime = self._runtime()
+        runtime.population.restore(self.checkpoint)
         server = self.checkpoint["server"]
         result = runtime.train(TrainTask(client_id, self.rounds_done, server["global_state"],
                                          dict(server["message"])))
@@ -150,16 +141,14 @@ class FinishedRun:
         with path.open() as handle:
             return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
-    def _population(self) -> Population:
-        config = self.trainer_config
+    def _runtime(self) -> ClientRuntime:
+        """The client side as the run built it, in this process (one CPU device)."""
         fabric = Fabric(accelerator=self.model.device.type, devices=1, loggers=[])
         sizes = [self.datamodule.client_train_size(i) for i in range(self.num_clients)]
-        return Population(self.datamodule, Distributed(fabric, sizes),
-                          self.checkpoint["initial_private"], "memory", None,
-                          int(config["rounds"]),
-                          mean_join_ratio(self.num_clients, float(config["join_ratio"]),
-                                          bool(config.get("random_join_ratio", False))),
-                          int(config["batch_size"]))
+        options = TrainerOptions.from_saved(self.trainer_config)
+        return build_client_runtime(fabric, self.model, self.datamodule,
+                                    Distributed(fabric, sizes), self.checkpoint["initial_private"],
+                                    options)
 
     def _check_client(self, client_id: int) -> None:
         if not 0 <= client_id < self.num_clients:

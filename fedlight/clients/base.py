@@ -207,6 +207,11 @@ class FederatedClient(L.LightningModule):
         """Named logits to score; ``personalized`` is the headline. Methods may add more."""
         return {"personalized": self(x)}
 
+    def attack_surfaces(self) -> dict[str, nn.Module]:
+        """Modules beyond ``encoder`` and ``model`` that a server holding the shared part could
+        run as a model, by name, for the DLG probe's ``surfaces`` (GPFL offers two). None here."""
+        return {}
+
     # ----------------------------------------------------------------- training
     def train_class_counts(self) -> Tensor:
         """Label counts of this client's training split (uniform ones when unknown)."""

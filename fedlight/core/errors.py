@@ -30,9 +30,15 @@ class DamagedFileError(FedlightError, ValueError):
     checkpoint, another program's file)."""
 
 
+class DownloadError(FedlightError, RuntimeError):
+    """A dataset could not be downloaded (no network, a moved file); the message says where to
+    put the files by hand instead."""
+
+
 class DiskFullError(FedlightError, OSError):
     """The disk a run writes to has no space left; what was written before is intact."""
 
 
-__all__ = ["ConfigError", "DamagedFileError", "DiskFullError", "FedlightError",
+__all__ = ["ConfigError", "DamagedFileError", "DiskFullError", "DownloadError",
+           "FedlightError",
            "MissingFileError", "TrainingDiverged"]

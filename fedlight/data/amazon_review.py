@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedlight.core.errors import DownloadError
 from fedlight.data.files import DataFormatError, missing_files, require_root
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -102,9 +103,9 @@ def _load(root: str | None, download: bool) -> SourceData:
             download_file_from_google_drive(DRIVE_ID, str(folder), FILE)
         except (OSError, RuntimeError) as err:
             (folder / FILE).unlink(missing_ok=True)
-            raise RuntimeError(f"could not download data source {NAME!r} (Google Drive file "
-                               f"{DRIVE_ID}) into {str(folder)!r} ({err}); put {FILE} there "
-                               "yourself") from err
+            raise DownloadError(f"could not download data source {NAME!r} (Google Drive file "
+                                f"{DRIVE_ID}) into {str(folder)!r} ({err}); put {FILE} there "
+                                "yourself") from err
     if not (folder / FILE).is_file():
         raise missing_files(NAME, folder, [FILE], "set `download: true` (data.download) to "
                             f"fetch it, or download Google Drive file {DRIVE_ID} (the file "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.errors import ConfigError, DownloadError, MissingFileError
 
 
 class DataFormatError(ConfigError):
@@ -52,9 +52,9 @@ def download_files(name: str, urls: dict[str, str], folder: Path) -> None:
             download_url(url, str(folder), file_name)
         except (OSError, RuntimeError) as err:
             (folder / file_name).unlink(missing_ok=True)
-            raise RuntimeError(f"could not download data source {name!r} from {url} into "
-                               f"{str(folder)!r} ({err}); without network access, put "
-                               f"{file_name} there yourself") from err
+            raise DownloadError(f"could not download data source {name!r} from {url} into "
+                                f"{str(folder)!r} ({err}); without network access, put "
+                                f"{file_name} there yourself") from err
 
 
 __all__ = ["DataFormatError", "download_files", "missing_files", "require_root"]

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedlight.core.errors import DownloadError
 from fedlight.data.files import DataFormatError, missing_files, require_root
 from fedlight.data.sources import SourceData, SourceRequest, register_source
 
@@ -122,9 +123,9 @@ def _load(root: str | None, download: bool) -> SourceData:
         try:
             download_and_extract_archive(URL, str(base), filename=f"{FOLDER}.zip")
         except (OSError, RuntimeError) as err:
-            raise RuntimeError(f"could not download data source {NAME!r} from {URL} into "
-                               f"{str(base)!r} ({err}); without network access, unpack the "
-                               "zip there yourself") from err
+            raise DownloadError(f"could not download data source {NAME!r} from {URL} into "
+                                f"{str(base)!r} ({err}); without network access, unpack the "
+                                "zip there yourself") from err
     folder = _dataset_folder(base)
     x_train, y_train, subjects_train = read_split(folder, "train")
     x_test, y_test, subjects_test = read_split(folder, "test")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.errors import ConfigError, DamagedFileError, DownloadError, MissingFileError
 from fedlight.core.files import atomic_write
 from fedlight.core.host import cpu_cores
 from fedlight.data import files
@@ -137,7 +137,7 @@ def _decode_one(path: str, image_size: int | None, layout: str) -> np.ndarray:
                 image = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
             array = np.asarray(image, dtype=np.uint8)
     except (OSError, ValueError, SyntaxError) as err:
-        raise ConfigError(f"cannot read image {path}: {err}; expected {layout}") from None
+        raise DamagedFileError(f"cannot read image {path}: {err}; expected {layout}") from None
     return array[:, :, None] if array.ndim == 2 else array
 
 
@@ -275,9 +275,9 @@ def download_archive(url: str, root: Path, source: str, layout: str) -> None:
     try:
         download_and_extract_archive(url, download_root=os.fspath(root))
     except (OSError, RuntimeError, ValueError) as err:
-        raise RuntimeError(f"data source '{source}': could not download {url} into {root}: "
-                           f"{err}; without network access download it yourself and unpack "
-                           f"it as {layout}") from err
+        raise DownloadError(f"data source '{source}': could not download {url} into {root}: "
+                            f"{err}; without network access download it yourself and unpack "
+                            f"it as {layout}") from err
 
 
 # ---------------------------------------------------------------------------- packing

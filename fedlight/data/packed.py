@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.core.files import atomic_write
 from fedlight.data.images import to_source
 from fedlight.data.sources import SourceData, SourceRequest, register_source
@@ -69,12 +69,12 @@ def read_packed(path: str | Path) -> dict[str, Any]:
             content = lzma.decompress(content)
         record = torch.load(io.BytesIO(content), weights_only=True)
     except (lzma.LZMAError, RuntimeError, OSError, EOFError) as err:
-        raise ConfigError(f"data source 'packed': {path} is not a packed dataset ({err}); "
-                          "write it with python benchmarks/pack_data.py") from None
+        raise DamagedFileError(f"data source 'packed': {path} is not a packed dataset ({err}); "
+                               "write it with python benchmarks/pack_data.py") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         found = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise ConfigError(f"data source 'packed': {path} has format {found!r}, not {FORMAT!r}; "
-                          "pack it again with python benchmarks/pack_data.py")
+        raise DamagedFileError(f"data source 'packed': {path} has format {found!r}, not "
+                               f"{FORMAT!r}; pack it again with python benchmarks/pack_data.py")
     return record
 
 

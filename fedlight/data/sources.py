@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedlight.core.errors import ConfigError, MissingFileError
+from fedlight.core.errors import ConfigError, DownloadError, MissingFileError
 
 __all__ = ["SOURCES", "SourceData", "SourceRequest", "load_source", "register_source"]
 
@@ -246,7 +246,7 @@ def _open_split(name: str, dataset_cls: type, root: str, train: bool, download: 
         return dataset_cls(root, train=train, download=download)
     except (RuntimeError, OSError) as err:
         if download:
-            raise RuntimeError(
+            raise DownloadError(
                 f"could not download data source '{name}' into {root}: {err}. Without network "
                 f"access, put the files in {_expected_folder(dataset_cls, root)} yourself"
             ) from err

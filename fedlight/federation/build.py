@@ -22,7 +22,6 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.engines.batched import BatchedEngine, batching_refusal
 from fedlight.federation.engines.local import LocalEngine
 from fedlight.federation.evaluation import Evaluator
-from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.memory_format import on_device
 from fedlight.federation.options import TrainerOptions, added_options
 from fedlight.federation.outputs.checkpoints import (
@@ -37,7 +36,12 @@ from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed, OwnedClients
 from fedlight.federation.processes.cpus import devices_note, precision_hint
 from fedlight.federation.protocol import RoundGradScale, RoundProtocol
-from fedlight.federation.runtime import ClientRuntime, place_client, prepare_client
+from fedlight.federation.runtime import (
+    ClientRuntime,
+    build_client_runtime,
+    place_client,
+    prepare_client,
+)
 
 
 @dataclass
@@ -178,15 +182,11 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
                ServerContext(datamodule.num_clients, options.rounds, join_ratio,
                              options.seed, options.weighting, datamodule.public_inputs()))
     holds_clients = engine is None or engine.holds_clients
-    population = Population(
-        datamodule, dist if holds_clients else OwnedClients(fabric, ()),
-        dist.broadcast(model.client_state()), options.client_state_storage,
-        options.client_state_dir or options.default_root_dir, options.rounds,
-        join_ratio, options.batch_size, memory_format)
-    loop = LocalLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
-                     **options.local_options)
-    runtime = ClientRuntime(fabric, model, population, loop, options.seed, options.local_epochs,
-                            options.eval_batch_size, options.share_class_counts)
+    runtime = build_client_runtime(
+        fabric, model, datamodule, dist if holds_clients else OwnedClients(fabric, ()),
+        dist.broadcast(model.client_state()), options, memory_format,
+        options.client_state_storage, options.client_state_dir or options.default_root_dir)
+    population = runtime.population
     evaluator = Evaluator(fabric, dist, population,
                           on_device(datamodule.global_test(), device, memory_format),
                           options.eval_batch_size)

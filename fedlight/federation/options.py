@@ -8,6 +8,7 @@ one :class:`~fedlight.core.errors.ConfigError` naming ``trainer.<option>`` and w
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -205,6 +206,13 @@ class TrainerOptions:
         self.workers_per_device = workers_per_device
         self.memory_format = check_memory_format(memory_format)
         self.batched_clients, self.cuda_graphs = batched_clients, bool(cuda_graphs)
+
+    @classmethod
+    def from_saved(cls, trainer: dict[str, Any]) -> TrainerOptions:
+        """The options of a saved run's trainer section (a checkpoint's ``config["trainer"]``);
+        what it does not record keeps its default."""
+        known = inspect.signature(cls.__init__).parameters
+        return cls(**{key: value for key, value in trainer.items() if key in known})
 
 
 def check_counts(**counts: int) -> None:

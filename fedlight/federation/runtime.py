@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,12 +29,14 @@ from fedlight.core.client import Phase, Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientResult, Score, TrainTask
 from fedlight.core.noise import reseed_noise
-from fedlight.core.seeding import derive_seed, seed_global_rngs
+from fedlight.core.seeding import derive_seed, mean_join_ratio, seed_global_rngs
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 from fedlight.federation.evaluation import score_outputs
 from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format
+from fedlight.federation.options import TrainerOptions
 from fedlight.federation.population import Population
+from fedlight.federation.processes.collectives import Distributed
 from fedlight.federation.processes.cpus import apply_threads
 
 Batch = tuple[Tensor, Tensor]
@@ -230,5 +233,25 @@ class ClientRuntime:
         self.client.pop_federated_logs()  # fine-tuning losses are not the round's training losses
 
 
-__all__ = ["ClientGradScale", "ClientRuntime", "place_client", "prepare_client",
-           "private_scores", "reinitialize"]
+def build_client_runtime(fabric: Fabric, client: FederatedClient,
+                         datamodule: FederatedDataModule, dist: Distributed,
+                         initial_private: dict[str, Tensor], options: TrainerOptions,
+                         memory_format: torch.memory_format = torch.contiguous_format,
+                         storage: str = "memory",
+                         storage_dir: str | Path | None = None) -> ClientRuntime:
+    """The client side of a process, wired from the trainer's options: the data and private
+    states of the clients ``dist`` owns (``Population``, kept in ``storage``), the local loop
+    and the runtime that trains and scores them. The simulator, a Flower node and the analyses
+    of a saved run all build it here, so they train a client alike."""
+    join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
+                                 options.random_join_ratio)
+    population = Population(datamodule, dist, initial_private, storage, storage_dir,
+                            options.rounds, join_ratio, options.batch_size, memory_format)
+    loop = LocalLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
+                     **options.local_options)
+    return ClientRuntime(fabric, client, population, loop, options.seed, options.local_epochs,
+                         options.eval_batch_size, options.share_class_counts)
+
+
+__all__ = ["ClientGradScale", "ClientRuntime", "build_client_runtime", "place_client",
+           "prepare_client", "private_scores", "reinitialize"]

@@ -29,11 +29,8 @@ from flwr.clientapp import ClientApp
 from fedlight.config import RunConfig
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientResult, Score, TrainTask
-from fedlight.core.seeding import mean_join_ratio
-from fedlight.federation.local_loop import LocalLoop
-from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import OwnedClients
-from fedlight.federation.runtime import ClientRuntime, place_client, prepare_client
+from fedlight.federation.runtime import build_client_runtime, place_client, prepare_client
 from fedlight.federation.state.node_files import NodeStateFiles
 from fedlight.flower.codec import decode_task, encode_result, get_state, pack_scores
 from fedlight.flower.settings import app_settings, load_from
@@ -76,18 +73,10 @@ class ClientNode:
             raise ConfigError(f"client id {client_id} is outside 0..{num_clients - 1} (the "
                               "config's data.num_clients)")
         prepared = prepared or prepare_module(run)
-        trainer = run.trainer
-        population = Population(
-            run.datamodule, OwnedClients(trainer.fabric, [client_id]), prepared.initial_private,
-            "memory", None, trainer.rounds,
-            mean_join_ratio(num_clients, trainer.join_ratio, trainer.random_join_ratio),
-            trainer.batch_size, prepared.memory_format)
-        self.runtime = ClientRuntime(
-            trainer.fabric, run.model, population,
-            LocalLoop(trainer.fabric, trainer.batch_size, max_local_steps=trainer.max_local_steps,
-                      **trainer.local_options),
-            trainer.seed, trainer.local_epochs, trainer.eval_batch_size,
-            trainer.share_class_counts)
+        fabric = run.trainer.fabric
+        self.runtime = build_client_runtime(
+            fabric, run.model, run.datamodule, OwnedClients(fabric, [client_id]),
+            prepared.initial_private, run.trainer, prepared.memory_format)
         self.client_id = client_id
         self.files = NodeStateFiles(folder)
 

@@ -232,7 +232,7 @@ def attack_surface(client: FederatedClient, surface: str) -> nn.Module:
     ``client.model``, logits out) or a surface the method names in its
     ``attack_surfaces()`` (GPFL: ``"sfe"`` and ``"sm"``, its pseudo feature extractor and
     pseudo model, Table 5), built from the client as it is loaded now."""
-    offered = getattr(client, "attack_surfaces", dict)()
+    offered = client.attack_surfaces()
     _check_choice("surface", surface, [*SURFACES, *offered])
     if surface in offered:
         module: nn.Module = offered[surface]
