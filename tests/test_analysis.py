@@ -26,6 +26,7 @@ from fedlight.clients import GPFL, FedAvg, FedPick
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.seeding import derive_seed
 from fedlight.data import FederatedDataModule
+from fedlight.federation.options import TrainerOptions
 from fedlight.federation.trainer import FederatedTrainer
 from fedlight.privacy.dlg import DLGProbe, attack_surface, attacked_batches, psnr
 
@@ -120,6 +121,14 @@ def test_a_local_round_from_a_checkpoint_is_the_runs_next_round(runs):
     expected = two.global_state
     for key, value in one.weighted_mean(uploads).items():
         assert torch.allclose(value, expected[key], atol=1e-6), key
+
+
+def test_a_saved_runs_trainer_options_are_those_it_recorded(runs):
+    config = load_finished_run(runs["fedpick"]).trainer_config
+    options = TrainerOptions.from_saved({**config, "an_option_of_another_version": 1})
+    assert (options.batch_size, options.seed, options.local_epochs, options.rounds) == (
+        config["batch_size"], config["seed"], config["local_epochs"], config["rounds"])
+    assert options.local_options["optimizer_state"] == config["optimizer_state"]
 
 
 def test_tsne_embeds_the_personalized_and_the_global_model(runs, tmp_path):
