@@ -267,14 +267,15 @@ def parse_variant(entry: str) -> tuple[str, list[str]]:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    """Best accuracies, median wall and CPU seconds over the repeats, and the speed-up: the
+    """Best accuracies and wall and CPU seconds, each the median over the repeats (PFLlib has
+    no seed, so its accuracy varies run to run), and the speed-up: the
     median over the pairs (run one after the other) of PFLlib wall / fedlight wall, with the
     smallest and largest pair's ratio when there are several pairs."""
     lines = ["| method | fedlight best (%) | PFLlib best (%) | difference (points) | "
              "fedlight wall (s) | PFLlib wall (s) | fedlight CPU (s) | PFLlib CPU (s) | "
              "speed-up (wall) |", "|" + " --- |" * 9]
     for row in rows:
-        ours, theirs = 100 * row["fedlight"], 100 * row["pfllib"]
+        ours, theirs = (100 * statistics.median(row[name]) for name in ("fedlight", "pfllib"))
         fast, slow = row["fedlight_time"], row["pfllib_time"]
         ratios = [b.wall / a.wall for a, b in zip(fast, slow, strict=True)]
         spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
@@ -381,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.dry_run:
                 print(*(shlex.join(fit) for fit in fits.values()), in_pfllib, sep="\n")
                 continue
-            method_rows = {variant: {"method": label, "variant": variant, "fedlight_time": [],
+            method_rows = {variant: {"method": label, "variant": variant, "fedlight": [],
+                                     "pfllib": [], "fedlight_time": [],
                                      "pfllib_time": [], "fedlight_round": [],
                                      "pfllib_round": []} for variant in fits}
             for repeat in range(args.repeats):
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
                     seconds = fedlight_round_seconds(Path(runs) / label)
                     method_rows[variant]["fedlight_time"].append(timing)
                     method_rows[variant]["fedlight_round"].append(seconds)
-                    method_rows[variant]["fedlight"] = accuracy
+                    method_rows[variant]["fedlight"].append(accuracy)
                     records.append(raw_row(label, repeat, "fedlight", variant, args.rounds,
                                            timing, accuracy, shlex.join(fit), seconds))
                 timing = timed(theirs, main_py.parent, env)
@@ -402,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
                 for row in method_rows.values():
                     row["pfllib_time"].append(timing)
                     row["pfllib_round"].append(seconds)
-                    row["pfllib"] = accuracy
+                    row["pfllib"].append(accuracy)
                 records.append(raw_row(label, repeat, "PFLlib", "", args.rounds, timing,
                                        accuracy, in_pfllib, seconds))
                 if args.raw:

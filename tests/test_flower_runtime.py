@@ -9,6 +9,7 @@ Every wait is bounded; every process is stopped at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -87,8 +88,10 @@ class Federation:
 
     def start(self, name: str, command: list[str]) -> None:
         log = (self.folder / f"{name}.log").open("a")
+        # a session of its own: stopping it also stops what it started (a SuperNode's ClientApp)
         self.processes[name] = subprocess.Popen(command, env=self.env, stdout=log,
-                                                stderr=subprocess.STDOUT, cwd=self.folder)
+                                                stderr=subprocess.STDOUT, cwd=self.folder,
+                                                start_new_session=True)
 
     def start_supernode(self, client: int) -> None:
         self.start(f"supernode-{client}", [
@@ -97,7 +100,8 @@ class Federation:
             "--node-config", f"partition-id={client} state-dir='{self.folder / 'state'}'"])
 
     def stop(self, name: str) -> None:
-        """SIGTERM (a SuperNode then tells the SuperLink it left), then wait."""
+        """SIGTERM (a SuperNode then tells the SuperLink it left), then wait; whatever the
+        process started and left behind is killed with it."""
         process = self.processes.pop(name)
         process.send_signal(signal.SIGTERM)
         try:
@@ -105,6 +109,8 @@ class Federation:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
     def close(self) -> None:
         for name in [n for n in self.processes if n != "superlink"] + ["superlink"]:
