@@ -25,6 +25,7 @@ from fedlight.clients import (
     AutoSA,
     Ditto,
     FedAvg,
+    FedBABU,
     FedBN,
     FedPHP,
     FedPick,
@@ -40,6 +41,7 @@ from fedlight.federation.engines import batched
 from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.engines.graphs import eager_capture
 from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.runtime import ClientRuntime
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 DATA = dict(num_clients=5, partition="dirichlet", beta=0.5, synthetic_samples=300)
@@ -256,8 +258,8 @@ def test_a_batched_run_says_how_many_clients_train_at_once(tmp_path, capsys):
     trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=3)
     trainer.fit(make_client(MAP), tiny_data())
     assert isinstance(trainer.engine, BatchedEngine)
-    assert ("fedlight: clients train batched, up to 3 at once (steps run eagerly)"
-            in capsys.readouterr().out)
+    assert ("fedlight: clients train batched, up to 3 at once (steps run eagerly), scored "
+            "together" in capsys.readouterr().out)
 
 
 def test_a_subclass_overriding_the_step_without_declaring_it_trains_in_the_loop():
@@ -292,3 +294,64 @@ def test_activation_bytes_count_every_leaf_output_and_leave_the_client_as_it_was
     assert client.training
     for key, value in client.state_dict().items():
         assert torch.equal(value, before[key])
+
+
+def test_a_group_that_runs_out_of_device_memory_is_scored_in_halves(tmp_path, monkeypatch):
+    score_together = ClientRuntime.score_together
+    sizes = []
+
+    def short_of_memory(self, client_ids, outputs_fn):
+        sizes.append(len(client_ids))
+        if len(client_ids) > 2:
+            raise torch.OutOfMemoryError("no room to score more than 2")
+        return score_together(self, client_ids, outputs_fn)
+
+    monkeypatch.setattr(ClientRuntime, "score_together", short_of_memory)
+    make = CASES["fedrod"][0]
+    loop, loop_rows = fit(tmp_path, make, "loop", 1)
+    halved, halved_rows = fit(tmp_path, make, "halved", 5)
+    assert sizes[:3] == [5, 2, 3] and max(sizes) == 5
+    assert_same_run(loop, halved, loop_rows, halved_rows)
+
+
+def test_every_client_of_a_group_is_scored_in_one_call_per_evaluation_batch(tmp_path):
+    trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=5, eval_batch_size=8,
+                           verbose=False)
+    calls = []
+    trainer.fit(make_client(GPFL), tiny_data(**DATA))
+    engine = trainer.engine
+    scoring = engine.scoring
+
+    def counted(state, inputs):
+        calls.append(tuple(inputs.shape[:2]))
+        return scoring(state, inputs)
+
+    engine.scoring = counted
+    downloads = {client: trainer.run.rule.download(client)[0] for client in range(5)}
+    together = engine.evaluate(1, downloads)
+    tests = [len(trainer.run.population.test_data[client][1]) for client in range(5)]
+    assert len(calls) == -(-max(tests) // 8) and all(k == 5 for k, _ in calls)
+    one_by_one = LocalEngine(engine.runtime).evaluate(1, downloads)
+    assert together.keys() == one_by_one.keys() == set(range(5))
+    for client, scores in one_by_one.items():
+        assert together[client]["personalized"].correct == scores["personalized"].correct
+        assert together[client]["personalized"].loss == pytest.approx(scores["personalized"].loss)
+
+
+def test_a_method_that_fine_tunes_before_scoring_is_scored_one_client_after_another(
+        tmp_path, capsys):
+    trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=3)
+    trainer.fit(make_client(FedBABU), tiny_data())
+    assert isinstance(trainer.engine, BatchedEngine) and trainer.engine.scoring is None
+    assert ("scored one after another: FedBABU fine-tunes each client before scoring it"
+            in capsys.readouterr().out)
+
+
+def test_a_subclass_overriding_its_scores_without_declaring_it_is_scored_one_by_one():
+    class Changed(FedAvg):
+        def eval_outputs(self, x):
+            return {"personalized": self(x) * 2}
+
+    assert batched.scoring_refusal(make_client(FedAvg)) is None
+    assert batched.scoring_refusal(make_client(Changed)) == (
+        "Changed overrides eval_outputs (not declared batchable)")

@@ -14,6 +14,7 @@ from fedlight.federation.evaluation import (
     batch_outputs,
     score_batches,
     score_outputs,
+    stacked_batch_outputs,
     summarize_clients,
 )
 from tests.conftest import make_client, tiny_data, tiny_trainer
@@ -87,3 +88,22 @@ def test_batches_shared_across_processes_and_gathered_score_as_one_process(world
         one.correct, one.loss_sum, one.class_counts, one.auc)
     with pytest.raises(KeyError):
         score_batches(batch_outputs(lambda x: {"global": x}, logits, 8, shares[0]), y, 8)
+
+
+def test_stacked_outputs_cut_each_client_as_its_own_batches_and_drop_the_padding():
+    weights = torch.tensor([1.0, -2.0, 3.0])  # client k's "model" multiplies by weights[k]
+    xs = [torch.randn(n, 4) for n in (11, 0, 5)]
+    seen = []
+
+    def outputs(inputs):
+        seen.append(tuple(inputs.shape))
+        return {"personalized": inputs * weights[:, None, None]}
+
+    stacked = stacked_batch_outputs(outputs, xs, 4)
+    assert seen == [(3, 4, 4), (3, 4, 4), (3, 3, 4)]  # 11 rows: batches of 4, 4, 3
+    for k, x in enumerate(xs):
+        alone = batch_outputs(lambda xb, k=k: {"personalized": xb * weights[k]}, x, 4)
+        assert stacked[k].keys() == alone.keys()
+        for number, named in alone.items():
+            torch.testing.assert_close(stacked[k][number]["personalized"], named["personalized"])
+    assert stacked[1][0]["personalized"].shape == (0, 4)  # as torch.split cuts an empty split

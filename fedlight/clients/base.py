@@ -78,7 +78,8 @@ class FederatedClient(L.LightningModule):
     #: :meth:`batch_key`, the phase and the constructor arguments, and its random draws come
     #: from a ``fedlight.core.noise.NoiseSource``. A class that overrides a step method
     #: declares it in its own body; a subclass that overrides one again without declaring it
-    #: trains one client after another.
+    #: trains one client after another. The same holds for scoring several clients at once
+    #: (``eval_outputs``, with the context-derived buffers built by :meth:`refresh_buffers`).
     batchable: bool = True
 
     def __init__(
@@ -185,6 +186,12 @@ class FederatedClient(L.LightningModule):
         config may replace (``server: FedAdam``, ``DPFedAvg``, ``Krum``...). A method with
         server state returns its own rule, defined in its own file."""
         return WeightedMean()
+
+    def refresh_buffers(self) -> None:
+        """Build the buffers the method derives from the loaded state and :attr:`context`
+        (which it otherwise builds lazily, at round start or at its first forward): the
+        batched engine calls it on each loaded client before it stacks the client's state to
+        score several clients at once. Default: nothing to build."""
 
     def evaluation_phases(self) -> list[Phase]:
         """Phases run on the client's training data right before it is scored (fine-tune at

@@ -121,7 +121,9 @@ class FedProto(FederatedClient):
     def _logits(self, x: Tensor) -> dict[str, Tensor]:
         features = self.model.encoder(x)
         head = self.model.head(features)
-        prototype = self.prototype_logits(features) if self.prototype_mask.any() else head
+        # the head's logits until a prototype has arrived; a select, not a Python branch on a
+        # tensor, so that several clients' models are scored at once (batched engine)
+        prototype = torch.where(self.prototype_mask.any(), self.prototype_logits(features), head)
         return {"head": head, "prototype": prototype}
 
     def forward(self, x: Tensor) -> Tensor:

@@ -269,6 +269,10 @@ class GPFL(FederatedClient):
         """Copy the received GCE table into the frozen ``C_hat``; build ``g`` and ``p_k``."""
         self.refresh_conditions()
 
+    def refresh_buffers(self) -> None:
+        """``C_hat``, ``g`` and ``p_k`` for the loaded client, where its context changed."""
+        self._ensure_conditions()
+
     def on_fit_start(self) -> None:
         """Plain-Lightning use: take the class counts of the datamodule (when it has them) and
         freeze the initial table."""

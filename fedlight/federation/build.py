@@ -237,7 +237,9 @@ def simulator_engine(options: TrainerOptions,
     size = (f"up to {group_size} at once" if group_size is not None
             else "as many at once as the device's free memory holds")
     steps = "full steps replayed from CUDA graphs" if engine.capture else "steps run eagerly"
-    return engine, f"fedlight: clients train batched, {size} ({steps})"
+    scored = ("scored together" if engine.scoring_refusal is None
+              else f"scored one after another: {engine.scoring_refusal}")
+    return engine, f"fedlight: clients train batched, {size} ({steps}), {scored}"
 
 
 def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) -> ServerRule:

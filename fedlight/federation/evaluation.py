@@ -47,6 +47,31 @@ def batch_outputs(outputs_fn: Callable[[Tensor], Outputs], x: Tensor, batch_size
             for number in numbers}
 
 
+@torch.inference_mode()
+def stacked_batch_outputs(outputs_fn: Callable[[Tensor], Outputs], xs: Sequence[Tensor],
+                          batch_size: int) -> list[dict[int, dict[str, Tensor]]]:
+    """:func:`batch_outputs` of K models at once: ``outputs_fn`` maps inputs ``[K, b, ...]``
+    (row k from ``xs[k]``) to each name's logits ``[K, b, C]`` (row k from model k, e.g. a
+    vmapped ``eval_outputs``). Batch number n of every client is its rows ``n * batch_size``
+    onward, as :func:`batch_outputs` cuts them (an empty split is one empty batch, as
+    ``torch.split`` gives it); a client with fewer samples is padded with zeros, whose outputs
+    are dropped. Returns each client's batches by number."""
+    results: list[dict[int, dict[str, Tensor]]] = [{} for _ in xs]
+    batches = [len(torch.split(x, batch_size)) for x in xs]
+    for number in range(max(batches, default=0)):
+        start = number * batch_size
+        lengths = [max(0, min(batch_size, len(x) - start)) for x in xs]
+        inputs = xs[0].new_zeros((len(xs), max(lengths), *xs[0].shape[1:]))
+        for k, (x, length) in enumerate(zip(xs, lengths, strict=True)):
+            inputs[k, :length] = x[start:start + length]
+        outputs = outputs_fn(inputs)
+        for k, length in enumerate(lengths):
+            if number < batches[k]:
+                results[k][number] = {name: logits[k, :length].float()
+                                      for name, logits in outputs.items()}
+    return results
+
+
 def batch_count(samples: int, batch_size: int) -> int:
     """How many batches :func:`batch_outputs` cuts ``samples`` into."""
     return -(-samples // batch_size)
@@ -183,4 +208,4 @@ class Evaluator:
 
 
 __all__ = ["Evaluator", "batch_count", "batch_outputs", "score_batches", "score_outputs",
-           "summarize_clients"]
+           "stacked_batch_outputs", "summarize_clients"]

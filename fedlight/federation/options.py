@@ -115,7 +115,8 @@ class TrainerOptions:
             (torch's default).
         batched_clients: the simulator trains up to this many of a round's participants as
             one vectorized computation (the method's own training_step vmapped over their
-            stacked parameters and buffers; see fedlight/federation/engines/batched.py):
+            stacked parameters and buffers; see fedlight/federation/engines/batched.py), and
+            scores the clients the same way (their eval_outputs vmapped):
             FedAvg, FedPer, FedRep, FedBN, GPFL, MAP / FedRS / FedPHP, FedPick, Privatize,
             AutoSA / AutoCS / AutoHS, FedRoD, Ditto, FedProto and every method that keeps the
             base step; the others train one client after another with a one-line note.

@@ -15,7 +15,7 @@ only where the run shares them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,11 @@ from fedlight.core.messages import ClientResult, Score, TrainTask
 from fedlight.core.noise import reseed_noise
 from fedlight.core.seeding import derive_seed, mean_join_ratio, seed_global_rngs
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
-from fedlight.federation.evaluation import score_outputs
+from fedlight.federation.evaluation import (
+    score_batches,
+    score_outputs,
+    stacked_batch_outputs,
+)
 from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format
 from fedlight.federation.options import TrainerOptions
@@ -211,14 +215,37 @@ class ClientRuntime:
         if phases:
             self._fine_tune(client_id, round_idx, phases)
         client.eval()
-        x, y = self.population.test_data[client_id]
-        val_x, val_y = self.population.val_data[client_id]
+        return self._score_splits([client_id], lambda xs, ys: [
+            score_outputs(client.eval_outputs, xs[0], ys[0], self.eval_batch_size)])[0]
+
+    def score_together(self, client_ids: Sequence[int],
+                       outputs_fn: Callable[[Tensor], Mapping[str, Tensor]]
+                       ) -> list[dict[str, Score]]:
+        """Score ``client_ids`` whose models answer together: ``outputs_fn`` maps inputs
+        ``[K, b, ...]`` to each name's logits ``[K, b, C]``, row k from ``client_ids[k]``'s
+        model (the batched engine's vmapped ``eval_outputs``). The same scores as
+        :meth:`score` of each (to float tolerance), on the same splits and batches."""
+        return self._score_splits(client_ids, lambda xs, ys: [
+            score_batches(outputs, y, self.eval_batch_size) for outputs, y in zip(
+                stacked_batch_outputs(outputs_fn, xs, self.eval_batch_size), ys, strict=True)])
+
+    def _score_splits(self, client_ids: Sequence[int],
+                      score_fn: Callable[[list[Tensor], list[Tensor]], list[dict[str, Score]]]
+                      ) -> list[dict[str, Score]]:
+        """Each client's scores on its test split and, where ``data.val_fraction`` gave it
+        one, its validation split (names prefixed ``val_``); ``score_fn(xs, ys)`` scores the
+        clients' ``(x, y)`` of one split. Per-class counts only where the run shares them."""
+        results: list[dict[str, Score]] = [{} for _ in client_ids]
         with self.fabric.autocast():
-            scores = score_outputs(client.eval_outputs, x, y, self.eval_batch_size)
-            if len(val_y):  # data.val_fraction > 0: the same model on the validation split
-                scores.update({f"val_{name}": score for name, score in score_outputs(
-                    client.eval_outputs, val_x, val_y, self.eval_batch_size).items()})
-        return private_scores(scores, self.share_class_counts)
+            for prefix, data in (("", self.population.test_data),
+                                 ("val_", self.population.val_data)):
+                xs = [data[client_id][0] for client_id in client_ids]
+                ys = [data[client_id][1] for client_id in client_ids]
+                if prefix and not any(len(y) for y in ys):
+                    continue
+                for result, scores in zip(results, score_fn(xs, ys), strict=True):
+                    result.update({prefix + name: score for name, score in scores.items()})
+        return [private_scores(result, self.share_class_counts) for result in results]
 
     def _fine_tune(self, client_id: int, round_idx: int, phases: list[Phase]) -> None:
         """The client's evaluation phases (fine-tuning that is scored, then thrown away), on

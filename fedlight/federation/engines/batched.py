@@ -44,6 +44,16 @@ Clients whose phases (names, trainable parameters, learning-rate scale) or
 ``batch_key()`` differ train in separate groups. Anything else trains one client after
 another, with a one-line note.
 
+Scoring is batched the same way: every client to score (its download plus its private state,
+or its state right after training for methods scored then, such as MAP) is loaded, its
+context-derived buffers built (``refresh_buffers``), and up to K clients' states are stacked
+and run through the method's own ``eval_outputs`` mapped over the rows
+(``StackedOutputs``); each client's test split is cut into the loop's evaluation batches,
+padded to the longest client's, and scored as the loop scores it
+(``ClientRuntime.score_together``). Methods that fine-tune before scoring (FedBABU,
+Per-FedAvg) or override ``eval_outputs`` without declaring it batchable are scored one
+after another (:func:`scoring_refusal`); the run's header line says which.
+
 Measured on a CPU it is slower (the 4-layer CNN on 3x32x32, batch 10, one thread: a round
 takes 1.6x the loop's time with K = 4 and 3.2x with K = 20, since vmap turns the convolutions
 into grouped ones, which oneDNN runs slower than K separate ones), so it is meant for GPUs;
@@ -52,8 +62,8 @@ into grouped ones, which oneDNN runs slower than K separate ones), so it is mean
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
 
@@ -63,10 +73,10 @@ from torch import Tensor, nn
 from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Phase, upload_phase
 from fedlight.core.errors import ConfigError
-from fedlight.core.messages import ClientResult, TrainTask
+from fedlight.core.messages import ClientResult, Score, State, TrainTask
 from fedlight.federation.engines.graphs import Capture, ReplayedStep, cuda_graph
 from fedlight.federation.engines.local import LocalEngine
-from fedlight.federation.engines.stacked_step import StackedStep
+from fedlight.federation.engines.stacked_step import StackedOutputs, StackedStep
 from fedlight.federation.local_loop import (
     LocalLoop,
     check_phases,
@@ -86,6 +96,8 @@ Rows = dict[str, Tensor]
 #: ``batchable = True`` in its own body when its step can run vmapped (FederatedClient.batchable)
 STEP_METHODS = ("training_step", "forward", "configure_optimizers", "optimizer_param_groups",
                 "on_round_start", "on_round_end")
+#: the methods that make a client's scores (scored batched where undeclared_step allows)
+SCORING_METHODS = ("eval_outputs", "forward")
 #: Lightning's hooks of the training loop (none of them runs in a batched step)
 LOOP_HOOKS = ("on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
               "on_train_batch_start", "on_train_batch_end", "on_before_zero_grad",
@@ -119,17 +131,27 @@ def batching_refusal(client: FederatedClient, precision: str, optimizer_state: s
     return None
 
 
-def undeclared_step(client: FederatedClient) -> str | None:
-    """The first step method overridden (by a class, or on the instance) without a
+def scoring_refusal(client: FederatedClient) -> str | None:
+    """Why the batched engine scores ``client``'s clients one after another (its evaluation
+    phases fine-tune each client first; ``eval_outputs`` overridden without a ``batchable``
+    declaration), or None when it scores them together."""
+    if client.evaluation_phases():
+        return f"{type(client).__name__} fine-tunes each client before scoring it"
+    return undeclared_step(client, SCORING_METHODS)
+
+
+def undeclared_step(client: FederatedClient,
+                    methods: Sequence[str] = STEP_METHODS) -> str | None:
+    """The first of ``methods`` overridden (by a class, or on the instance) without a
     ``batchable = True`` declaration in the overriding class's own body, as a reason."""
-    for name in STEP_METHODS:
+    for name in methods:
         if name in vars(client):
             return f"{type(client).__name__} overrides {name} on the instance"
     for cls in type(client).__mro__:
         if cls is FederatedClient:
             break
         own = vars(cls)
-        overridden = [name for name in STEP_METHODS if name in own]
+        overridden = [name for name in methods if name in own]
         if overridden and own.get("batchable") is not True:
             return f"{cls.__name__} overrides {overridden[0]} (not declared batchable)"
     return None
@@ -407,6 +429,8 @@ class BatchedEngine(LocalEngine):
         self.group_size = group_size
         self.capture = step_capture(runtime.fabric, graphs)
         self.workspaces: dict[Hashable, Workspace] = {}
+        self.scoring_refusal = scoring_refusal(runtime.client)
+        self.scoring = None if self.scoring_refusal else StackedOutputs(runtime.client)
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult]:
         """Train the tasks group by group, yielding results in task order."""
@@ -421,8 +445,67 @@ class BatchedEngine(LocalEngine):
                     keys.append(item.key)
             for key in keys:
                 self.train_group([p for p in prepared if p.key == key])
-            for item in prepared:
-                yield self.finish(item)
+            yield from self.finish_group(prepared)
+
+    def finish_group(self, prepared: Sequence[PreparedClient]) -> list[ClientResult]:
+        """Finish each participant in task order (:meth:`finish`); those whose task asks for
+        scores are scored together afterwards, each on its state after its round's end."""
+        if self.scoring is None:
+            return [self.finish(item) for item in prepared]
+        results: list[ClientResult] = []
+        scored: dict[int, Rows] = {}
+        for item in prepared:
+            results.append(self.finish(item, score=False))
+            if item.task.score:
+                self.runtime.client.refresh_buffers()
+                scored[len(results) - 1] = client_state(self.runtime.client)
+        scores = self.score_states([results[i].client_id for i in scored], list(scored.values()))
+        for index, client_scores in zip(scored, scores, strict=True):
+            results[index] = replace(results[index], scores=client_scores)
+        return results
+
+    def evaluate(self, round_idx: int,
+                 downloads: Mapping[int, State]) -> dict[int, dict[str, Score]]:
+        """Score every client of ``downloads`` (its download plus its private state), up to
+        the group size at once through the vmapped ``eval_outputs``; one after another where
+        :func:`scoring_refusal` says why."""
+        if self.scoring is None:
+            return super().evaluate(round_idx, downloads)
+        runtime, ids = self.runtime, list(downloads)
+        size = self.group_size or len(ids)
+        scores: dict[int, dict[str, Score]] = {}
+        for start in range(0, len(ids), size):
+            chunk = ids[start:start + size]
+            states = []
+            for client_id in chunk:
+                runtime.population.load(runtime.client, client_id, round_idx,
+                                        downloads[client_id])
+                runtime.client.refresh_buffers()
+                states.append(client_state(runtime.client))
+            scores.update(zip(chunk, self.score_states(chunk, states), strict=True))
+        return scores
+
+    def score_states(self, client_ids: Sequence[int],
+                     states: Sequence[Rows]) -> list[dict[str, Score]]:
+        """Score the clients whose parameters and buffers are ``states`` together (the live
+        module in eval mode); on running out of device memory, in halves."""
+        if not client_ids:
+            return []
+        assert self.scoring is not None
+        scoring = self.scoring
+        stacked = {name: torch.stack([state[name] for state in states]) for name in states[0]}
+        self.runtime.client.eval()
+        try:
+            return self.runtime.score_together(client_ids,
+                                               lambda inputs: scoring(stacked, inputs))
+        except torch.OutOfMemoryError:
+            if len(client_ids) == 1:
+                raise
+            del stacked
+            torch.cuda.empty_cache()
+            half = len(client_ids) // 2
+            return (self.score_states(client_ids[:half], states[:half])
+                    + self.score_states(client_ids[half:], states[half:]))
 
     def choose_group_size(self, tasks: Sequence[TrainTask]) -> int:
         """K for ``group_size=None``: every task where the device's free memory holds them
@@ -516,11 +599,12 @@ class BatchedEngine(LocalEngine):
                 self.workspaces[key] = workspace
         return workspace
 
-    def finish(self, prepared: PreparedClient) -> ClientResult:
+    def finish(self, prepared: PreparedClient, score: bool = True) -> ClientResult:
         """Load a trained participant into the live module (started again, so its Python
         state is its own), take its upload after the phase that asks for it, and end its
-        round through the runtime."""
-        task, runtime = prepared.task, self.runtime
+        round through the runtime (scored there where its task asks and ``score``)."""
+        runtime = self.runtime
+        task = prepared.task if score else replace(prepared.task, score=False)
         client = runtime.client
         client.pop_federated_logs()
         runtime.start(task)
@@ -574,4 +658,4 @@ def activation_bytes(client: nn.Module, batch: Tensor) -> int:
 
 __all__ = ["BatchedEngine", "Workspace", "activation_bytes", "batching_refusal",
            "client_bytes", "group_size_for", "phase_batches", "schedule_signature",
-           "step_capture"]
+           "scoring_refusal", "step_capture"]

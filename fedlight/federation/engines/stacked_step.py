@@ -9,12 +9,14 @@ frozen teachers, the class prior, noise keys. In-place updates of buffers (runni
 statistics, noise counters) land in the stacked tensors. What the step logs with
 ``self.log`` is collected per call (``FederatedClient.step_logs``) and returned as outputs,
 one value per client and name; how many values a name got per call is read at trace time
-(the same for every client, the code path being the same).
+(the same for every client, the code path being the same). :class:`StackedOutputs` maps the
+client's ``eval_outputs`` the same way, to score K clients at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
@@ -46,30 +48,65 @@ class TrainingStep(nn.Module):
         return loss, sums
 
 
-class StackedStep:
-    """The client's step over stacked state: ``step(state, inputs, labels)`` with ``state``
-    name -> ``[K, ...]`` (parameters and buffers), ``inputs`` ``[K, B, ...]`` and ``labels``
-    ``[K, B]`` returns the K losses and, per logged name, the K sums (``counts`` as in
-    :class:`TrainingStep`). Random draws other than a NoiseSource's are an error (vmap's
-    ``randomness="error"``): they would come from one stream for all clients."""
+class ScoringOutputs(nn.Module):
+    """``forward(x)`` = the client's ``eval_outputs(x)``: its named logits."""
 
     def __init__(self, client: FederatedClient) -> None:
-        self.wrapper = TrainingStep(client)
+        super().__init__()
+        self.client = client
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        return self.client.eval_outputs(x)
+
+
+class Stacked:
+    """A wrapper module (:class:`TrainingStep`, :class:`ScoringOutputs`) over stacked state:
+    ``call(state, *inputs)`` with ``state`` name -> ``[K, ...]`` (the client's parameters and
+    buffers) and each input ``[K, ...]`` runs the wrapper for the K clients' rows. Random
+    draws other than a NoiseSource's are an error (vmap's ``randomness="error"``): they would
+    come from one stream for all clients."""
+
+    def __init__(self, wrapper: nn.Module) -> None:
+        self.wrapper = wrapper
         self.mapped = vmap(self._one, randomness="error")
+
+    def _one(self, state: Rows, *inputs: Tensor) -> Any:
+        named = {PREFIX + name: value for name, value in state.items()}
+        return functional_call(self.wrapper, named, inputs)
+
+    def call(self, state: Rows, *inputs: Tensor) -> Any:
+        return self.mapped(dict(state), *inputs)
+
+
+class StackedStep(Stacked):
+    """The client's step over stacked state: ``step(state, inputs, labels)`` with ``inputs``
+    ``[K, B, ...]`` and ``labels`` ``[K, B]`` returns the K losses and, per logged name, the
+    K sums (``counts`` as in :class:`TrainingStep`)."""
+
+    def __init__(self, client: FederatedClient) -> None:
+        self.training_step = TrainingStep(client)
+        super().__init__(self.training_step)
 
     @property
     def counts(self) -> dict[str, int]:
-        return self.wrapper.counts
-
-    def _one(self, state: Rows, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        named = {PREFIX + name: value for name, value in state.items()}
-        output: tuple[Tensor, dict[str, Tensor]] = functional_call(self.wrapper, named, (x, y))
-        return output
+        return self.training_step.counts
 
     def __call__(self, state: Rows, inputs: Tensor,
                  labels: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        output: tuple[Tensor, dict[str, Tensor]] = self.mapped(dict(state), inputs, labels)
+        output: tuple[Tensor, dict[str, Tensor]] = self.call(state, inputs, labels)
         return output
 
 
-__all__ = ["StackedStep", "TrainingStep"]
+class StackedOutputs(Stacked):
+    """The client's ``eval_outputs`` over stacked state: ``outputs(state, inputs)`` with
+    ``inputs`` ``[K, b, ...]`` gives each name's logits ``[K, b, C]``."""
+
+    def __init__(self, client: FederatedClient) -> None:
+        super().__init__(ScoringOutputs(client))
+
+    def __call__(self, state: Rows, inputs: Tensor) -> dict[str, Tensor]:
+        output: dict[str, Tensor] = self.call(state, inputs)
+        return output
+
+
+__all__ = ["ScoringOutputs", "Stacked", "StackedOutputs", "StackedStep", "TrainingStep"]
