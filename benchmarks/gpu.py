@@ -16,7 +16,8 @@ are skipped and said so):
    CUDA graphs (``auto``, the default), its ratio to the floor, the group size, whether the
    full steps were captured, the last personalized accuracy and the largest difference of
    the global model from the loop's (cuDNN's kernels are not deterministic: accuracies are
-   the comparison on a GPU; the CPU tests check equality).
+   the comparison on a GPU; the CPU tests check equality), and the seconds to score every
+   client once (``eval s``: client by client in the loop, together when batched).
 3. ``pfllib``: ``benchmarks/vs_pfllib.py`` on the same GPU: FedAvg and GPFL on one exported
    split (the same images, 20 clients, Dirichlet 0.1), ``--pfllib-rounds`` training rounds in
    both (PFLlib's ``-gr R-1``), evaluation every 5: best accuracy, whole-process wall time
@@ -272,6 +273,25 @@ def global_difference(trainer: FederatedTrainer, reference: FederatedTrainer | N
                for k, v in trainer.global_state.items())
 
 
+def evaluation_seconds(trainer: FederatedTrainer) -> float:
+    """Seconds to score every client once more after the run (its engine's ``evaluate`` on
+    the rule's downloads: client by client in the loop, together when batched), the second
+    of two calls (the first traces the vmapped scoring)."""
+    run = trainer.run
+    downloads = {client: run.rule.download(client)[0]
+                 for client in range(run.datamodule.num_clients)}
+    seconds = math.nan
+    for _ in range(2):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        trainer.engine.evaluate(trainer.rounds, downloads)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+    return seconds
+
+
 def reset_peak() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -312,7 +332,8 @@ def workload_rows(report: Report, workload: Workload, data: Path, settings_: Set
                                 "first round s": trainer.round_seconds[0],
                                 "last pers. acc": trainer.history[-1]["personalized_accuracy"],
                                 "max |global - loop|": global_difference(trainer, reference),
-                                "peak MiB": peak_mib(), "run s": wall, **engine_facts(trainer)})
+                                "peak MiB": peak_mib(), "run s": wall,
+                                "eval s": evaluation_seconds(trainer), **engine_facts(trainer)})
                     reference = reference or (trainer if mode == "loop" else None)
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
@@ -320,7 +341,8 @@ def workload_rows(report: Report, workload: Workload, data: Path, settings_: Set
 
 
 ROUND_COLUMNS = ("method", "mode", "engine", "group", "captured", "s / round", "x floor",
-                 "first round s", "last pers. acc", "max |global - loop|", "peak MiB", "note")
+                 "first round s", "eval s", "last pers. acc", "max |global - loop|", "peak MiB",
+                 "note")
 
 
 def speedups(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -62,7 +62,8 @@ def test_a_smoke_run_writes_every_table_and_a_failing_section_keeps_the_others(
         ("cnn, batch 10", m, mode) for m in ("FedAvg", "MAP") for mode in ("loop", "batched")
     } | {("cnn_bn, batch 16", "FedAvg", mode) for mode in ("loop", "batched")}
     for row in rounds:
-        assert float(row["s / round"]) > 0 and row["engine"] == row["mode"]
+        assert float(row["s / round"]) > 0 and float(row["eval s"]) > 0
+        assert row["engine"] == row["mode"]
         if row["mode"] == "batched":  # equal to the loop's global model on a CPU
             assert float(row["max |global - loop|"]) < 1e-5 and row["group"] == "3"
     assert [r["clients / round"] for r in rows(out / "memory.csv")] == ["2", "3", "2"]
