@@ -1,0 +1,101 @@
+"""Several runs of ``benchmarks/vs_pfllib.py`` summarized over seeds: per method, each
+library's best accuracy as mean ± sample std over the runs, the paired difference per run
+(fedlight minus PFLlib on the same split) and its mean, and the median whole-process wall time
+and CPU time of each library.
+
+Give the ``--raw`` files of the runs, one per seed, in seed order: each run exported its own
+split (``--set trainer.seed=N`` changes the split and fedlight's seed; PFLlib has no seed
+option, so its runs differ by its own initialization too). Within a file, a method's
+accuracy is the median over its repeats (``--repeats``), as vs_pfllib.py reports it.
+
+    python benchmarks/vs_pfllib_seeds.py seed0.csv seed1.csv seed2.csv --out table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+Key = tuple[str, str]  # (method, fedlight variant)
+
+
+def read_raw(path: Path) -> list[dict[str, str]]:
+    """One ``--raw`` file of vs_pfllib.py as rows; a one-line error when it is not one."""
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such file (give the --raw files of vs_pfllib.py)")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    needed = {"method", "library", "variant", "wall_s", "cpu_s", "best_accuracy"}
+    if not rows or not needed <= rows[0].keys():
+        raise SystemExit(f"error: {path}: not a vs_pfllib.py --raw file (needs the columns "
+                         f"{', '.join(sorted(needed))})")
+    return rows
+
+
+def medians(rows: Sequence[dict[str, str]], column: str) -> tuple[dict[Key, float],
+                                                                  dict[str, float]]:
+    """``column``'s median over repeats: fedlight's by (method, variant), PFLlib's by method."""
+    ours: dict[Key, list[float]] = {}
+    theirs: dict[str, list[float]] = {}
+    for row in rows:
+        value = float(row[column])
+        if row["library"] == "fedlight":
+            ours.setdefault((row["method"], row["variant"]), []).append(value)
+        else:
+            theirs.setdefault(row["method"], []).append(value)
+    return ({key: statistics.median(v) for key, v in ours.items()},
+            {method: statistics.median(v) for method, v in theirs.items()})
+
+
+def spread(values: Sequence[float]) -> str:
+    """``mean ± sample std`` (the mean alone for one value)."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def summary(files: Sequence[Path]) -> list[str]:
+    """The Markdown table over ``files`` (one row per method and fedlight variant present in
+    every file with its PFLlib run)."""
+    runs = [read_raw(path) for path in files]
+    accuracy = [medians(rows, "best_accuracy") for rows in runs]
+    wall = [medians(rows, "wall_s") for rows in runs]
+    cpu = [medians(rows, "cpu_s") for rows in runs]
+    keys = [key for key in accuracy[0][0]
+            if all(key in ours and key[0] in theirs for ours, theirs in accuracy)]
+    lines = ["| method | runs | fedlight best (%) | PFLlib best (%) | fedlight - PFLlib per run "
+             "| mean difference | fedlight wall (s, median) | PFLlib wall (s, median) "
+             "| fedlight CPU (s, median) | PFLlib CPU (s, median) |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for key in keys:
+        method, variant = key
+        ours = [run[0][key] for run in accuracy]
+        theirs = [run[1][method] for run in accuracy]
+        gaps = [a - b for a, b in zip(ours, theirs, strict=True)]
+        label = f"{method}, {variant}" if variant else method
+        lines.append(
+            f"| {label} | {len(files)} | {spread(ours)} | {spread(theirs)} | "
+            f"{' / '.join(f'{gap:+.2f}' for gap in gaps)} | {statistics.mean(gaps):+.2f} | "
+            f"{statistics.median(run[0][key] for run in wall):.1f} | "
+            f"{statistics.median(run[1][method] for run in wall):.1f} | "
+            f"{statistics.median(run[0][key] for run in cpu):.1f} | "
+            f"{statistics.median(run[1][method] for run in cpu):.1f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("raw", nargs="+", type=Path, help="vs_pfllib.py --raw files, in seed order")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    text = "\n".join(summary(args.raw)) + "\n"
+    print(text, end="")
+    if args.out is not None:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

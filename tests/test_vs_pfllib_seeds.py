@@ -1,0 +1,58 @@
+"""benchmarks/vs_pfllib_seeds.py: vs_pfllib.py's raw files summarized over seeds, each run's
+difference paired on its own split, and bad input as one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_pfllib_seeds.py"
+spec = importlib.util.spec_from_file_location("vs_pfllib_seeds", SCRIPT)
+seeds = importlib.util.module_from_spec(spec)
+sys.modules["vs_pfllib_seeds"] = seeds
+spec.loader.exec_module(seeds)
+
+COLUMNS = ["method", "repeat", "library", "variant", "wall_s", "cpu_s", "best_accuracy"]
+
+
+def raw(path: Path, rows: list[tuple]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS)
+        writer.writerows(rows)
+    return path
+
+
+def test_each_run_is_paired_on_its_own_split_and_summarized_over_seeds(tmp_path, capsys):
+    files = [
+        raw(tmp_path / "s0.csv", [("GPFL", 1, "fedlight", "one", 10, 9, "50.0"),
+                                  ("GPFL", 1, "PFLlib", "", 30, 29, "48.0"),
+                                  ("FedAvg", 1, "fedlight", "one", 5, 5, "20.0"),
+                                  ("FedAvg", 1, "PFLlib", "", 15, 14, "21.0")]),
+        raw(tmp_path / "s1.csv", [("GPFL", 1, "fedlight", "one", 12, 11, "52.0"),
+                                  ("GPFL", 1, "PFLlib", "", 36, 35, "53.0"),
+                                  ("GPFL", 2, "PFLlib", "", 34, 33, "55.0"),  # median 54
+                                  ("FedAvg", 1, "fedlight", "one", 6, 6, "22.0"),
+                                  ("FedAvg", 1, "PFLlib", "", 16, 16, "20.0")]),
+    ]
+    seeds.main([str(f) for f in files] + ["--out", str(tmp_path / "table.md")])
+    lines = capsys.readouterr().out.splitlines()
+    assert (tmp_path / "table.md").read_text().splitlines() == lines
+    gpfl = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    assert gpfl == ["GPFL, one", "2", "51.00 ± 1.41", "51.00 ± 4.24", "+2.00 / -2.00",
+                    "+0.00", "11.0", "32.5", "10.0", "31.5"]
+    fedavg = [cell.strip() for cell in lines[3].strip("|").split("|")]
+    assert fedavg[2:6] == ["21.00 ± 1.41", "20.50 ± 0.71", "-1.00 / +2.00", "+0.50"]
+
+
+def test_a_missing_file_or_a_file_of_another_kind_is_a_one_line_error(tmp_path):
+    with pytest.raises(SystemExit, match=r"none.csv: no such file"):
+        seeds.main([str(tmp_path / "none.csv")])
+    other = tmp_path / "other.csv"
+    other.write_text("round,accuracy\n1,0.5\n")
+    with pytest.raises(SystemExit, match=r"other.csv: not a vs_pfllib.py --raw file"):
+        seeds.main([str(other)])
