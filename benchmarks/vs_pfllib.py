@@ -30,7 +30,9 @@ Each ``--variant LABEL=OPTIONS`` is one way of running fedlight (e.g. its defaul
 process); every repeat runs each variant and PFLlib once, in turn, and each variant is paired
 with that repeat's PFLlib run. ``--raw FILE.csv`` records every process (method, repeat,
 library, variant, command, start time, load average at start, wall, CPU, best accuracy),
-rewritten after each one, so that a published figure can be recomputed from it.
+rewritten after each one, so that a published figure can be recomputed from it; beside it,
+``FILE.rounds.csv`` holds every evaluation of every process (``trained_rounds``, accuracy:
+fedlight's metrics.csv, PFLlib's printed "Averaged Test Accuracy" per round).
 
     python benchmarks/vs_pfllib.py ../PFLlib --config configs/fedavg/mnist5k_dirichlet.yaml \\
         --rounds 40 --out benchmarks/results/vs_pfllib.md
@@ -193,6 +195,44 @@ def fedlight_round_seconds(run: Path) -> float:
     return statistics.median(seconds) if seconds else math.nan
 
 
+def fedlight_curve(run: Path) -> list[tuple[int, float]]:
+    """(trained rounds, personalized accuracy) of every evaluated round of a fedlight run
+    (metrics.csv); empty without the file."""
+    metrics = run / "metrics.csv"
+    if not metrics.is_file():
+        return []
+    with metrics.open() as handle:
+        return [(int(row["round"]), float(row["personalized_accuracy"]))
+                for row in csv.DictReader(handle) if row.get("personalized_accuracy")]
+
+
+def pfllib_curve(stdout: str) -> list[tuple[int, float]]:
+    """(trained rounds, accuracy) of every evaluation PFLlib printed: its "Round number: i"
+    evaluates the state after i trained rounds, before round i's training."""
+    curve: list[tuple[int, float]] = []
+    trained = None
+    for line in stdout.splitlines():
+        if "Round number:" in line:
+            trained = int(line.split("Round number:")[1].strip(" -"))
+        elif line.startswith("Averaged Test Accuracy:") and trained is not None:
+            curve.append((trained, float(line.split(":")[1])))
+            trained = None
+    return curve
+
+
+def curve_rows(method: str, repeat: int, library: str, variant: str,
+               curve: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
+    """One process's per-round accuracies as ``--raw``'s rounds file records them."""
+    return [{"method": method, "repeat": repeat, "library": library, "variant": variant,
+             "trained_rounds": trained, "accuracy": f"{accuracy:.6f}"}
+            for trained, accuracy in curve]
+
+
+def rounds_path(raw: Path) -> Path:
+    """Where ``--raw FILE.csv`` puts the per-round accuracies: ``FILE.rounds.csv``."""
+    return raw.with_suffix(".rounds.csv")
+
+
 def best_accuracy(stdout: str) -> float:
     """The value PFLlib prints on the line after "Best accuracy." (NaN when absent)."""
     lines = [line.strip() for line in stdout.splitlines()]
@@ -235,6 +275,9 @@ def timed(command: Sequence[str], cwd: Path, env: dict[str, str]) -> Timing:
 RAW_COLUMNS = ["method", "repeat", "library", "variant", "rounds", "started_utc",
                "load_1min_at_start", "wall_s", "cpu_s", "best_accuracy", "command",
                "median_round_s"]
+#: ``--raw``'s rounds file: every evaluation of every process (PFLlib's states after 0..R-1
+#: trained rounds, fedlight's after 1..R)
+ROUND_COLUMNS = ["method", "repeat", "library", "variant", "trained_rounds", "accuracy"]
 
 
 def raw_row(method: str, repeat: int, library: str, variant: str, rounds: int,
@@ -248,11 +291,12 @@ def raw_row(method: str, repeat: int, library: str, variant: str, rounds: int,
             "command": command, "median_round_s": f"{round_seconds:.4f}"}
 
 
-def write_raw(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def write_raw(path: Path, rows: Sequence[dict[str, Any]],
+              columns: Sequence[str] = RAW_COLUMNS) -> None:
     """Every process so far, as CSV (written whole each time: a stopped run keeps its rows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=RAW_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -366,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     variants = [parse_variant(v) for v in args.variant] or [("", [])]
     rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as runs:
         for label in args.methods:
             method = METHODS[label]
@@ -393,6 +438,8 @@ def main(argv: list[str] | None = None) -> None:
                     summary = json.loads((Path(runs) / label / "summary.json").read_text())
                     accuracy = summary["best_personalized_accuracy"]
                     seconds = fedlight_round_seconds(Path(runs) / label)
+                    curves += curve_rows(label, repeat, "fedlight", variant,
+                                         fedlight_curve(Path(runs) / label))
                     method_rows[variant]["fedlight_time"].append(timing)
                     method_rows[variant]["fedlight_round"].append(seconds)
                     method_rows[variant]["fedlight"].append(accuracy)
@@ -407,8 +454,10 @@ def main(argv: list[str] | None = None) -> None:
                     row["pfllib"].append(accuracy)
                 records.append(raw_row(label, repeat, "PFLlib", "", args.rounds, timing,
                                        accuracy, in_pfllib, seconds))
+                curves += curve_rows(label, repeat, "PFLlib", "", pfllib_curve(timing.stdout))
                 if args.raw:
                     write_raw(args.raw, records)
+                    write_raw(rounds_path(args.raw), curves, ROUND_COLUMNS)
             rows += method_rows.values()
             print(table(rows).splitlines()[-1], flush=True)
     if args.dry_run:

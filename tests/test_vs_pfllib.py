@@ -128,19 +128,25 @@ def test_timed_counts_the_cpu_of_the_process_and_its_children(tmp_path):
 
 
 def _fake_processes(monkeypatch):
-    """timed() without processes: a fedlight fit writes its summary.json (best accuracy 0.5),
-    PFLlib prints 0.25; walls and CPU seconds are fixed per library."""
+    """timed() without processes: a fedlight fit writes its summary.json (best accuracy 0.5)
+    and metrics.csv (rounds 1 and 3 evaluated), PFLlib prints rounds 0 and 1 and its best
+    0.25; walls and CPU seconds are fixed per library."""
     def fake(command, cwd, env):
         options = dict(arg.split("=", 1) for arg in command if arg.startswith("--trainer."))
         if "fit" in command:
             folder = Path(options["--trainer.default_root_dir"]) / options["--trainer.run_name"]
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "summary.json").write_text(json.dumps({"best_personalized_accuracy": 0.5}))
+            (folder / "metrics.csv").write_text("round,personalized_accuracy,seconds\n"
+                                                "1,0.4,1.0\n2,,1.0\n3,0.5,1.0\n")
             wall = 50.0 if "--trainer.devices=1" not in command else 80.0
             return vs_pfllib.Timing(wall, wall * 1.8, "", "2026-01-01T00:00:00+00:00", 1.25)
         if "export-partition" in command:
             return vs_pfllib.Timing(1.0, 1.0, "")
-        return vs_pfllib.Timing(100.0, 200.0, "Best accuracy.\n0.25\n", "t", 1.5)
+        out = ("-------------Round number: 0-------------\nAveraged Test Accuracy: 0.1000\n"
+               "-------------Round number: 1-------------\nAveraged Test Accuracy: 0.2500\n"
+               "Best accuracy.\n0.25\n")
+        return vs_pfllib.Timing(100.0, 200.0, out, "t", 1.5)
     monkeypatch.setattr(vs_pfllib, "timed", fake)
 
 
@@ -168,6 +174,13 @@ def test_variants_share_pfllibs_runs_and_every_process_is_recorded(tmp_path, mon
     assert "| FedAvg, defaults | 50.00 | 25.00 | +25.00 | 50.0 | 100.0 |" in table
     assert "| FedAvg, one process | 50.00 | 25.00 | +25.00 | 80.0 | 100.0 |" in table
     assert "2.00x (2.00-2.00)" in table and "1.25x (1.25-1.25)" in table
+    rounds = list(csv.DictReader(vs_pfllib.rounds_path(raw).open()))
+    assert [(r["library"], r["variant"], r["trained_rounds"], r["accuracy"])
+            for r in rounds if r["repeat"] == "0"] == [
+        ("fedlight", "defaults", "1", "0.400000"), ("fedlight", "defaults", "3", "0.500000"),
+        ("fedlight", "one process", "1", "0.400000"),
+        ("fedlight", "one process", "3", "0.500000"),
+        ("PFLlib", "", "0", "0.100000"), ("PFLlib", "", "1", "0.250000")]
 
 
 def test_a_variant_without_a_label_is_a_one_line_error():
