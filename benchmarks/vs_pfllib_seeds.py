@@ -1,12 +1,20 @@
 """Several runs of ``benchmarks/vs_pfllib.py`` summarized over seeds: per method, each
 library's best accuracy as mean ± sample std over the runs, the paired difference per run
 (fedlight minus PFLlib on the same split) and its mean, and the median whole-process wall time
-and CPU time of each library.
+and CPU time of each library; and, where the runs kept their evaluations, the same on the
+states both libraries evaluated.
 
 Give the ``--raw`` files of the runs, one per seed, in seed order: each run exported its own
 split (``--set trainer.seed=N`` changes the split and fedlight's seed; PFLlib has no seed
 option, so its runs differ by its own initialization too). Within a file, a method's
 accuracy is the median over its repeats (``--repeats``), as vs_pfllib.py reports it.
+
+Where the runs kept their evaluations (vs_pfllib.py's ``FILE.rounds.csv``), a second table
+compares the two libraries on the same states: the two evaluate at different times (PFLlib
+the states after 0..R-1 trained rounds, fedlight after 1..R), so "best" ranges over
+different states; this table takes, in both, only the trained-round counts both evaluated,
+and gives the best over them and the mean of the last ``--last`` of them (less noisy than a
+maximum).
 
     python benchmarks/vs_pfllib_seeds.py seed0.csv seed1.csv seed2.csv --out table.md
 """
@@ -86,12 +94,65 @@ def summary(files: Sequence[Path]) -> list[str]:
     return lines
 
 
+def read_curves(raw: Path) -> dict[tuple[str, str, str], dict[int, float]] | None:
+    """The rounds file beside ``raw`` as (library, method, variant) -> trained rounds ->
+    accuracy in % (the median over repeats); None without the file."""
+    path = raw.with_suffix(".rounds.csv")
+    if not path.is_file():
+        return None
+    values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            key = (row["library"], row["method"], row["variant"])
+            values.setdefault(key, {}).setdefault(int(row["trained_rounds"]), []).append(
+                100 * float(row["accuracy"]))
+    return {key: {r: statistics.median(v) for r, v in curve.items()}
+            for key, curve in values.items()}
+
+
+def same_states(files: Sequence[Path], last: int) -> list[str]:
+    """The table over the trained-round counts both libraries evaluated (module docstring);
+    only the runs with a rounds file; empty when none has one."""
+    curves = [c for c in (read_curves(path) for path in files) if c is not None]
+    if not curves:
+        return []
+    keys = [(method, variant) for library, method, variant in curves[0]
+            if library == "fedlight"
+            and all(("fedlight", method, variant) in c and ("PFLlib", method, "") in c
+                    for c in curves)]
+    lines = [f"| method | runs | fedlight best (%) | PFLlib best (%) | mean difference | "
+             f"fedlight mean of last {last} (%) | PFLlib mean of last {last} (%) | "
+             f"fedlight - PFLlib per run (last {last}) | mean difference (last {last}) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for method, variant in keys:
+        best: list[tuple[float, float]] = []
+        tail: list[tuple[float, float]] = []
+        for run in curves:
+            ours, theirs = run[("fedlight", method, variant)], run[("PFLlib", method, "")]
+            shared = sorted(ours.keys() & theirs.keys())
+            best.append((max(ours[r] for r in shared), max(theirs[r] for r in shared)))
+            window = shared[-last:]
+            tail.append((statistics.mean(ours[r] for r in window),
+                         statistics.mean(theirs[r] for r in window)))
+        label = f"{method}, {variant}" if variant else method
+        gaps = [a - b for a, b in tail]
+        lines.append(
+            f"| {label} | {len(curves)} | {spread([a for a, _ in best])} | "
+            f"{spread([b for _, b in best])} | {statistics.mean(a - b for a, b in best):+.2f} | "
+            f"{spread([a for a, _ in tail])} | {spread([b for _, b in tail])} | "
+            f"{' / '.join(f'{gap:+.2f}' for gap in gaps)} | {statistics.mean(gaps):+.2f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("raw", nargs="+", type=Path, help="vs_pfllib.py --raw files, in seed order")
-    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
+    parser.add_argument("--last", type=int, default=10,
+                        help="evaluations averaged in the same-states table")
     args = parser.parse_args(argv)
-    text = "\n".join(summary(args.raw)) + "\n"
+    tables = [summary(args.raw), same_states(args.raw, args.last)]
+    text = "\n\n".join("\n".join(table) for table in tables if table) + "\n"
     print(text, end="")
     if args.out is not None:
         args.out.write_text(text)

@@ -56,3 +56,39 @@ def test_a_missing_file_or_a_file_of_another_kind_is_a_one_line_error(tmp_path):
     other.write_text("round,accuracy\n1,0.5\n")
     with pytest.raises(SystemExit, match=r"other.csv: not a vs_pfllib.py --raw file"):
         seeds.main([str(other)])
+
+
+def rounds(raw_file: Path, rows: list[tuple]) -> None:
+    with raw_file.with_suffix(".rounds.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["method", "repeat", "library", "variant", "trained_rounds", "accuracy"])
+        writer.writerows(rows)
+
+
+def test_the_same_states_table_compares_only_rounds_both_libraries_evaluated(tmp_path, capsys):
+    files = []
+    for seed, (late, theirs) in enumerate([(0.9, 0.40), (0.8, 0.30)]):
+        files.append(raw(tmp_path / f"s{seed}.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "90"),
+                                                     ("FedAvg", 0, "PFLlib", "", 2, 2, "40")]))
+        # fedlight evaluates after 1..3 trained rounds, PFLlib after 0..2: 1 and 2 are shared;
+        # fedlight's best (round 3) is not among them
+        rounds(files[-1], [("FedAvg", 0, "fedlight", "", 1, "0.20"),
+                           ("FedAvg", 0, "fedlight", "", 2, "0.30"),
+                           ("FedAvg", 0, "fedlight", "", 3, str(late)),
+                           ("FedAvg", 0, "PFLlib", "", 0, "0.10"),
+                           ("FedAvg", 0, "PFLlib", "", 1, "0.20"),
+                           ("FedAvg", 0, "PFLlib", "", 2, str(theirs))])
+    seeds.main([str(f) for f in files] + ["--last", "2"])
+    lines = capsys.readouterr().out.split("\n\n")[1].splitlines()
+    assert lines[0].startswith("| method | runs | fedlight best (%) | PFLlib best (%) |")
+    cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    # best over rounds 1-2: fedlight 30 and 30, PFLlib 40 and 30; last 2: (25, 30), (25, 25)
+    assert cells == ["FedAvg", "2", "30.00 ± 0.00", "35.00 ± 7.07", "-5.00", "25.00 ± 0.00",
+                     "27.50 ± 3.54", "-5.00 / +0.00", "-2.50"]
+
+
+def test_without_rounds_files_there_is_no_same_states_table(tmp_path, capsys):
+    files = [raw(tmp_path / "s0.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "90"),
+                                       ("FedAvg", 0, "PFLlib", "", 2, 2, "40")])]
+    seeds.main([str(f) for f in files])
+    assert "\n\n" not in capsys.readouterr().out.strip()
