@@ -43,13 +43,14 @@ def read_raw(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def medians(rows: Sequence[dict[str, str]], column: str) -> tuple[dict[Key, float],
-                                                                  dict[str, float]]:
-    """``column``'s median over repeats: fedlight's by (method, variant), PFLlib's by method."""
+def medians(rows: Sequence[dict[str, str]], column: str,
+            scale: float = 1.0) -> tuple[dict[Key, float], dict[str, float]]:
+    """``column`` (times ``scale``), its median over repeats: fedlight's by (method,
+    variant), PFLlib's by method."""
     ours: dict[Key, list[float]] = {}
     theirs: dict[str, list[float]] = {}
     for row in rows:
-        value = float(row[column])
+        value = scale * float(row[column])
         if row["library"] == "fedlight":
             ours.setdefault((row["method"], row["variant"]), []).append(value)
         else:
@@ -69,7 +70,7 @@ def summary(files: Sequence[Path]) -> list[str]:
     """The Markdown table over ``files`` (one row per method and fedlight variant present in
     every file with its PFLlib run)."""
     runs = [read_raw(path) for path in files]
-    accuracy = [medians(rows, "best_accuracy") for rows in runs]
+    accuracy = [medians(rows, "best_accuracy", scale=100) for rows in runs]  # fractions -> %
     wall = [medians(rows, "wall_s") for rows in runs]
     cpu = [medians(rows, "cpu_s") for rows in runs]
     keys = [key for key in accuracy[0][0]

@@ -29,15 +29,15 @@ def raw(path: Path, rows: list[tuple]) -> Path:
 
 def test_each_run_is_paired_on_its_own_split_and_summarized_over_seeds(tmp_path, capsys):
     files = [
-        raw(tmp_path / "s0.csv", [("GPFL", 1, "fedlight", "one", 10, 9, "50.0"),
-                                  ("GPFL", 1, "PFLlib", "", 30, 29, "48.0"),
-                                  ("FedAvg", 1, "fedlight", "one", 5, 5, "20.0"),
-                                  ("FedAvg", 1, "PFLlib", "", 15, 14, "21.0")]),
-        raw(tmp_path / "s1.csv", [("GPFL", 1, "fedlight", "one", 12, 11, "52.0"),
-                                  ("GPFL", 1, "PFLlib", "", 36, 35, "53.0"),
-                                  ("GPFL", 2, "PFLlib", "", 34, 33, "55.0"),  # median 54
-                                  ("FedAvg", 1, "fedlight", "one", 6, 6, "22.0"),
-                                  ("FedAvg", 1, "PFLlib", "", 16, 16, "20.0")]),
+        raw(tmp_path / "s0.csv", [("GPFL", 1, "fedlight", "one", 10, 9, "0.500"),
+                                  ("GPFL", 1, "PFLlib", "", 30, 29, "0.480"),
+                                  ("FedAvg", 1, "fedlight", "one", 5, 5, "0.200"),
+                                  ("FedAvg", 1, "PFLlib", "", 15, 14, "0.210")]),
+        raw(tmp_path / "s1.csv", [("GPFL", 1, "fedlight", "one", 12, 11, "0.520"),
+                                  ("GPFL", 1, "PFLlib", "", 36, 35, "0.530"),
+                                  ("GPFL", 2, "PFLlib", "", 34, 33, "0.550"),  # median 54
+                                  ("FedAvg", 1, "fedlight", "one", 6, 6, "0.220"),
+                                  ("FedAvg", 1, "PFLlib", "", 16, 16, "0.200")]),
     ]
     seeds.main([str(f) for f in files] + ["--out", str(tmp_path / "table.md")])
     lines = capsys.readouterr().out.splitlines()
@@ -68,8 +68,8 @@ def rounds(raw_file: Path, rows: list[tuple]) -> None:
 def test_the_same_states_table_compares_only_rounds_both_libraries_evaluated(tmp_path, capsys):
     files = []
     for seed, (late, theirs) in enumerate([(0.9, 0.40), (0.8, 0.30)]):
-        files.append(raw(tmp_path / f"s{seed}.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "90"),
-                                                     ("FedAvg", 0, "PFLlib", "", 2, 2, "40")]))
+        files.append(raw(tmp_path / f"s{seed}.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "0.90"),
+                                                     ("FedAvg", 0, "PFLlib", "", 2, 2, "0.40")]))
         # fedlight evaluates after 1..3 trained rounds, PFLlib after 0..2: 1 and 2 are shared;
         # fedlight's best (round 3) is not among them
         rounds(files[-1], [("FedAvg", 0, "fedlight", "", 1, "0.20"),
@@ -88,7 +88,7 @@ def test_the_same_states_table_compares_only_rounds_both_libraries_evaluated(tmp
 
 
 def test_without_rounds_files_there_is_no_same_states_table(tmp_path, capsys):
-    files = [raw(tmp_path / "s0.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "90"),
-                                       ("FedAvg", 0, "PFLlib", "", 2, 2, "40")])]
+    files = [raw(tmp_path / "s0.csv", [("FedAvg", 0, "fedlight", "", 1, 1, "0.90"),
+                                       ("FedAvg", 0, "PFLlib", "", 2, 2, "0.40")])]
     seeds.main([str(f) for f in files])
     assert "\n\n" not in capsys.readouterr().out.strip()
