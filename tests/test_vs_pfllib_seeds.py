@@ -92,3 +92,15 @@ def test_without_rounds_files_there_is_no_same_states_table(tmp_path, capsys):
                                        ("FedAvg", 0, "PFLlib", "", 2, 2, "0.40")])]
     seeds.main([str(f) for f in files])
     assert "\n\n" not in capsys.readouterr().out.strip()
+
+
+PUBLISHED = SCRIPT.parents[1] / "benchmarks" / "results" / "vs_pfllib_three_seeds.md"
+
+
+@pytest.mark.parametrize("dataset", ["cifar100_dirichlet", "cifar10_pathological"])
+def test_the_published_tables_are_what_the_script_gives_on_the_published_raw_files(dataset):
+    files = sorted((PUBLISHED.parent / "vs_pfllib_three_seeds").glob(f"{dataset}_seed?.csv"))
+    assert len(files) == 3
+    text = PUBLISHED.read_text()
+    for line in seeds.summary(files)[2:] + seeds.same_states(files, 10)[2:]:
+        assert line in text, line
