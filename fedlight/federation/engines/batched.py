@@ -457,8 +457,7 @@ class BatchedEngine(LocalEngine):
         for item in prepared:
             results.append(self.finish(item, score=False))
             if item.task.score:
-                self.runtime.client.refresh_buffers()
-                scored[len(results) - 1] = client_state(self.runtime.client)
+                scored[len(results) - 1] = self.scoring_state()
         scores = self.score_states([results[i].client_id for i in scored], list(scored.values()))
         for index, client_scores in zip(scored, scores, strict=True):
             results[index] = replace(results[index], scores=client_scores)
@@ -480,10 +479,15 @@ class BatchedEngine(LocalEngine):
             for client_id in chunk:
                 runtime.population.load(runtime.client, client_id, round_idx,
                                         downloads[client_id])
-                runtime.client.refresh_buffers()
-                states.append(client_state(runtime.client))
+                states.append(self.scoring_state())
             scores.update(zip(chunk, self.score_states(chunk, states), strict=True))
         return scores
+
+    def scoring_state(self) -> Rows:
+        """The loaded client's parameters and buffers as it is scored (its context-derived
+        buffers built first)."""
+        self.runtime.client.refresh_buffers()
+        return client_state(self.runtime.client)
 
     def score_states(self, client_ids: Sequence[int],
                      states: Sequence[Rows]) -> list[dict[str, Score]]:
