@@ -345,7 +345,8 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_the_previous_chec
 
     def open_on_a_full_disk(file, mode="r", *args, **kwargs):
         handle = open(file, mode, *args, **kwargs)
-        if Path(file).name == ".last.ckpt.tmp":
+        name = Path(file).name
+        if name.startswith(".last.ckpt.") and name.endswith(".tmp"):
             checkpoints.append(file)
             if len(checkpoints) == 2:  # round 2's checkpoint finds the disk full
                 return _FullDisk(handle)

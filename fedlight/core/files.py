@@ -4,8 +4,11 @@ number of the CSV files it writes is read back (:func:`csv_number`).
 
 ``atomic_write`` writes into a temporary file beside the target, flushes and fsyncs it, renames
 it over the target and fsyncs the folder, so a crash or power cut leaves either the old file or
-the new one, whole. On any failure the temporary file is removed and the target is untouched;
-a full disk is reported as :class:`~fedlight.core.errors.DiskFullError` naming the folder.
+the new one, whole. Each writer has a temporary file of its own, so processes writing the same
+file at once (a sweep's runs building one data cache) never rename each other's file: the
+last rename wins, and every writer writes the same bytes there. On any failure the temporary
+file is removed and the target is untouched; a full disk is reported as
+:class:`~fedlight.core.errors.DiskFullError` naming the folder.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -49,10 +53,10 @@ def atomic_write(path: str | Path, write: Callable[[Any], object]) -> None:
         DiskFullError: the disk holding ``path`` has no space left (nothing was changed).
     """
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     stream = None
     try:
-        with open(temporary, "wb") as handle:
+        with open(temporary, "xb") as handle:
             stream = _RecordingStream(handle)
             write(stream)
             handle.flush()
