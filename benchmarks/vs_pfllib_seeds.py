@@ -16,7 +16,15 @@ different states; this table takes, in both, only the trained-round counts both 
 and gives the best over them and the mean of the last ``--last`` of them (less noisy than a
 maximum).
 
-    python benchmarks/vs_pfllib_seeds.py seed0.csv seed1.csv seed2.csv --out table.md
+A third table tests an explanation of a difference: ``--changed NAME LOG...`` gives the printed
+output of PFLlib runs with one change to PFLlib's code (NAME says which), on the same exported
+splits; each log is matched to its raw file by the dataset it names, its method by the
+algorithm it names. For each method and change, the mean of the last ``--last`` shared states
+of fedlight, of PFLlib and of the changed PFLlib, and fedlight's difference to each: the
+change explains a gap where it closes it.
+
+    python benchmarks/vs_pfllib_seeds.py seed0.csv seed1.csv seed2.csv --out table.md \
+        --changed "loader keeps the last batch" fedper_seed0.txt fedper_seed1.txt ...
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import csv
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+
+from vs_pfllib import pfllib_curve
 
 Key = tuple[str, str]  # (method, fedlight variant)
 
@@ -145,14 +155,98 @@ def same_states(files: Sequence[Path], last: int) -> list[str]:
     return lines
 
 
+def read_changed_log(path: Path, datasets: Sequence[str]) -> tuple[int, str, dict[int, float]]:
+    """One log of a changed PFLlib run as (index of the raw file of its dataset, its method,
+    trained rounds -> accuracy in %); a one-line error when it is not one or names a dataset
+    of none of the raw files."""
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such file (give PFLlib's printed output)")
+    text = path.read_text()
+    header = dict(map(str.strip, line.split(" = ", 1))
+                  for line in text.splitlines() if " = " in line)
+    curve = {rounds: 100 * accuracy for rounds, accuracy in pfllib_curve(text)}
+    if "dataset" not in header or "algorithm" not in header or not curve:
+        raise SystemExit(f"error: {path}: not PFLlib's printed output (needs its 'dataset = ' "
+                         "and 'algorithm = ' lines and its evaluations)")
+    if header["dataset"] not in datasets:
+        raise SystemExit(f"error: {path}: dataset {header['dataset']!r} is none of the raw "
+                         f"files' PFLlib datasets ({', '.join(datasets)})")
+    return datasets.index(header["dataset"]), header["algorithm"], curve
+
+
+def pfllib_dataset(rows: Sequence[dict[str, str]], path: Path) -> str:
+    """The ``-data`` folder of the PFLlib runs of one raw file."""
+    names = {row["command"].split(" -data ")[1].split()[0]
+             for row in rows if row["library"] == "PFLlib" and " -data " in row.get("command", "")}
+    if len(names) != 1:
+        raise SystemExit(f"error: {path}: its PFLlib commands name {len(names)} datasets "
+                         "(expected one -data folder)")
+    return names.pop()
+
+
+def changed(files: Sequence[Path], change: str, logs: Sequence[Path], last: int) -> list[str]:
+    """The rows of the changed-PFLlib table for one change (module docstring): one per method
+    with a log for every raw file."""
+    datasets = [pfllib_dataset(read_raw(path), path) for path in files]
+    curves = [read_curves(path) for path in files]
+    if any(c is None for c in curves):
+        raise SystemExit("error: --changed needs the rounds file of every raw file")
+    changed_curves: dict[str, dict[int, dict[int, float]]] = {}
+    for log in logs:
+        index, method, curve = read_changed_log(log, datasets)
+        changed_curves.setdefault(method, {})[index] = curve
+    lines = []
+    for method, by_run in changed_curves.items():
+        if len(by_run) != len(files):
+            raise SystemExit(f"error: --changed {change!r}: {method} has logs for "
+                             f"{len(by_run)} of the {len(files)} raw files")
+        variants = [v for lib, m, v in curves[0] if lib == "fedlight" and m == method]
+        if not variants:
+            raise SystemExit(f"error: --changed {change!r}: the raw files have no fedlight "
+                             f"run of {method}")
+        tails: list[tuple[float, float, float]] = []
+        for index, run in enumerate(curves):
+            ours, theirs = run[("fedlight", method, variants[0])], run[("PFLlib", method, "")]
+            window = sorted(ours.keys() & theirs.keys() & by_run[index].keys())[-last:]
+            tails.append(tuple(statistics.mean(c[r] for r in window)
+                               for c in (ours, theirs, by_run[index])))
+        before = [a - b for a, b, _ in tails]
+        after = [a - c for a, _, c in tails]
+        lines.append(
+            f"| {method} | {change} | {len(files)} | {spread([a for a, _, _ in tails])} | "
+            f"{spread([b for _, b, _ in tails])} | {spread([c for _, _, c in tails])} | "
+            f"{' / '.join(f'{gap:+.2f}' for gap in before)} | {statistics.mean(before):+.2f} | "
+            f"{' / '.join(f'{gap:+.2f}' for gap in after)} | {statistics.mean(after):+.2f} |")
+    return lines
+
+
+def changed_table(files: Sequence[Path], changes: Sequence[Sequence[str]],
+                  last: int) -> list[str]:
+    """The changed-PFLlib table over every ``--changed`` entry; empty without one."""
+    rows = [line for name, *logs in changes
+            for line in changed(files, name, [Path(log) for log in logs], last)]
+    if not rows:
+        return []
+    return [f"| method | change in PFLlib | runs | fedlight mean of last {last} (%) | "
+            f"PFLlib mean of last {last} (%) | changed PFLlib mean of last {last} (%) | "
+            f"fedlight - PFLlib per run | mean | fedlight - changed PFLlib per run | mean |",
+            "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |", *rows]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("raw", nargs="+", type=Path, help="vs_pfllib.py --raw files, in seed order")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     parser.add_argument("--last", type=int, default=10,
                         help="evaluations averaged in the same-states table")
+    parser.add_argument("--changed", nargs="+", action="append", default=[],
+                        metavar="NAME LOG", help="a change to PFLlib's code and the printed "
+                        "output of its runs on the raw files' splits (repeatable)")
     args = parser.parse_args(argv)
-    tables = [summary(args.raw), same_states(args.raw, args.last)]
+    if any(len(entry) < 2 for entry in args.changed):
+        raise SystemExit("error: --changed needs a name and at least one log")
+    tables = [summary(args.raw), same_states(args.raw, args.last),
+              changed_table(args.raw, args.changed, args.last)]
     text = "\n\n".join("\n".join(table) for table in tables if table) + "\n"
     print(text, end="")
     if args.out is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_pfllib_seeds.py"
+sys.path.insert(0, str(SCRIPT.parent))  # as when run as a script: it imports vs_pfllib
 spec = importlib.util.spec_from_file_location("vs_pfllib_seeds", SCRIPT)
 seeds = importlib.util.module_from_spec(spec)
 sys.modules["vs_pfllib_seeds"] = seeds
@@ -92,6 +93,63 @@ def test_without_rounds_files_there_is_no_same_states_table(tmp_path, capsys):
                                        ("FedAvg", 0, "PFLlib", "", 2, 2, "0.40")])]
     seeds.main([str(f) for f in files])
     assert "\n\n" not in capsys.readouterr().out.strip()
+
+
+def pfllib_log(path: Path, dataset: str, algorithm: str, accuracies: list[float]) -> Path:
+    """PFLlib's printed output: its argument lines, then one evaluation per round."""
+    lines = ["=" * 50, f"dataset = {dataset}", f"algorithm = {algorithm}", "=" * 50]
+    for trained, accuracy in enumerate(accuracies):
+        lines += [f"-------------Round number: {trained}-------------", "Evaluate performance",
+                  "Averaged Train Loss: 1.0", f"Averaged Test Accuracy: {accuracy:.4f}"]
+    path.write_text("\n".join(lines + ["Best accuracy.", str(max(accuracies))]) + "\n")
+    return path
+
+
+def changed_runs(tmp_path: Path) -> list[Path]:
+    """Two splits (datasets D0, D1); fedlight evaluates after 1..3 trained rounds, PFLlib
+    after 0..2."""
+    files = []
+    for seed, ours in enumerate([(0.20, 0.30, 0.90), (0.40, 0.50, 0.60)]):
+        command = f"(cd system && python main.py -data D{seed} -m CNN -algo FedPer)"
+        rows = [(*row, command) for row in [("FedPer", 0, "fedlight", "one", 1, 1, "0.9"),
+                                            ("FedPer", 0, "PFLlib", "", 2, 2, "0.5")]]
+        path = tmp_path / f"s{seed}.csv"
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow([*COLUMNS, "command"])
+            writer.writerows(rows)
+        rounds(path, [("FedPer", 0, "fedlight", "one", r + 1, str(a)) for r, a in enumerate(ours)]
+               + [("FedPer", 0, "PFLlib", "", r, str(a)) for r, a in enumerate((0.1, 0.4, 0.6))])
+        files.append(path)
+    return files
+
+
+def test_a_changed_pfllib_is_paired_with_its_split_by_the_dataset_its_log_names(
+        tmp_path, capsys):
+    files = changed_runs(tmp_path)
+    logs = [pfllib_log(tmp_path / "d1.txt", "D1", "FedPer", [0.1, 0.5, 0.55]),  # D1 first
+            pfllib_log(tmp_path / "d0.txt", "D0", "FedPer", [0.1, 0.3, 0.2])]
+    seeds.main([str(f) for f in files] + ["--last", "2", "--changed", "keeps the last batch",
+                                          *map(str, logs)])
+    table = capsys.readouterr().out.split("\n\n")[2].splitlines()
+    assert table[0].startswith("| method | change in PFLlib | runs | fedlight mean of last 2")
+    cells = [cell.strip() for cell in table[2].strip("|").split("|")]
+    # shared rounds 1, 2: fedlight (25, 45), PFLlib (50, 50), changed (25, 52.5)
+    assert cells == ["FedPer", "keeps the last batch", "2", "35.00 ± 14.14", "50.00 ± 0.00",
+                     "38.75 ± 19.45", "-25.00 / -5.00", "-15.00", "+0.00 / -7.50", "-3.75"]
+
+
+def test_a_changed_log_of_an_unknown_split_or_a_missing_split_is_a_one_line_error(tmp_path):
+    files = changed_runs(tmp_path)
+    other = pfllib_log(tmp_path / "other.txt", "D7", "FedPer", [0.1, 0.2, 0.3])
+    with pytest.raises(SystemExit, match=r"other.txt: dataset 'D7' is none of the raw files"):
+        seeds.main([str(f) for f in files] + ["--changed", "x", str(other)])
+    one = pfllib_log(tmp_path / "one.txt", "D0", "FedPer", [0.1, 0.2, 0.3])
+    with pytest.raises(SystemExit, match=r"FedPer has logs for 1 of the 2 raw files"):
+        seeds.main([str(f) for f in files] + ["--changed", "x", str(one)])
+    (tmp_path / "empty.txt").write_text("no evaluations here\n")
+    with pytest.raises(SystemExit, match=r"empty.txt: not PFLlib's printed output"):
+        seeds.main([str(f) for f in files] + ["--changed", "x", str(tmp_path / "empty.txt")])
 
 
 PUBLISHED = SCRIPT.parents[1] / "benchmarks" / "results" / "vs_pfllib_three_seeds.md"
