@@ -271,3 +271,35 @@ def test_per_client_scores_are_on_in_every_cell_and_out_of_the_cache_key():
     on = {**before, "trainer": {**before["trainer"], "per_client_scores": True}}
     assert cache_key(on) == cache_key(before)
     assert CELL_TRAINER_OPTIONS["per_client_scores"] is True
+
+
+def crash_one_cell_while_another_runs(config_file: str, resume: bool) -> dict:
+    """Two cells (pool workers): the first to start crashes with a bug (not a user error) once
+    both have started; the other ends only after that crash, so it is still running when the
+    sweep learns of the crash."""
+    runs = Path(config_file).parent
+    Path(config_file).with_suffix(".started").touch()
+    try:
+        (runs / "crasher").touch(exist_ok=False)
+    except FileExistsError:  # the other cell
+        wait_for(runs / "crashed")
+        return {"wall": 1.0, "cpu": 1.0, "error": None}
+    while len(list(runs.glob("*.started"))) < JOBS:
+        time.sleep(0.01)
+    (runs / "crashed").touch()
+    raise RuntimeError("a bug in a run")
+
+
+def test_a_crashing_cell_stops_the_sweep_after_recording_the_cells_still_running(
+        tmp_path, monkeypatch, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 3})
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "run_cell", crash_one_cell_while_another_runs)
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", str(path), "--out", str(out), "--jobs", str(JOBS)])
+    assert stop.value.code == 1
+    assert "RuntimeError: a bug in a run" in capsys.readouterr().err  # with its traceback
+    records = list((out / "runs").glob("*.json"))
+    assert len(records) == 1  # the cell running beside the crash, and no cell started after
+    assert len(list((out / "runs").glob("*.started"))) == JOBS
+    assert json.loads(records[0].read_text())["error"] is None

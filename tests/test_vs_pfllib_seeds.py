@@ -155,10 +155,23 @@ def test_a_changed_log_of_an_unknown_split_or_a_missing_split_is_a_one_line_erro
 PUBLISHED = SCRIPT.parents[1] / "benchmarks" / "results" / "vs_pfllib_three_seeds.md"
 
 
+#: the changes to PFLlib's code whose runs are published: name -> the logs' file name stem
+PUBLISHED_CHANGES = {"training loader keeps the last batch": "no_drop_last",
+                     "conditional inputs from the table received this round": "received_table"}
+
+
 @pytest.mark.parametrize("dataset", ["cifar100_dirichlet", "cifar10_pathological"])
 def test_the_published_tables_are_what_the_script_gives_on_the_published_raw_files(dataset):
-    files = sorted((PUBLISHED.parent / "vs_pfllib_three_seeds").glob(f"{dataset}_seed?.csv"))
+    folder = PUBLISHED.parent / "vs_pfllib_three_seeds"
+    files = sorted(folder.glob(f"{dataset}_seed?.csv"))
     assert len(files) == 3
+    dataset_name = dataset.split("_")[0]
+    changes = [[name, *sorted(map(str, folder.glob(f"pfllib_*_{stem}_{dataset_name}_seed?.txt")))]
+               for name, stem in PUBLISHED_CHANGES.items()]
+    changes = [entry for entry in changes if len(entry) > 1]
+    assert changes
     text = PUBLISHED.read_text()
-    for line in seeds.summary(files)[2:] + seeds.same_states(files, 10)[2:]:
+    lines = (seeds.summary(files)[2:] + seeds.same_states(files, 10)[2:]
+             + seeds.changed_table(files, changes, 10)[2:])
+    for line in lines:
         assert line in text, line

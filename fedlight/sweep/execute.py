@@ -89,9 +89,20 @@ def run_cells(planned: Sequence[Planned], jobs: int) -> int:
                 futures[pool.submit(runner.run_cell, str(item.config_file), resume)] = item
 
         hand_over(jobs)
+        crash: BaseException | None = None
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
-                finish(futures.pop(future), future.result())
-            hand_over(len(done))
+                item, failure = futures.pop(future), future.exception()
+                if failure is None:
+                    finish(item, future.result())
+                else:
+                    crash = crash or failure
+            if crash is None:
+                hand_over(len(done))
+        # A cell that crashed (not a user error: that is a failed cell's record) stops the
+        # sweep, but only after the cells already running have finished and been recorded:
+        # a finished run without its record could not be resumed (nothing left to train).
+        if crash is not None:
+            raise crash
     return len(todo)
