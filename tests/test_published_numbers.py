@@ -387,35 +387,6 @@ def _vs_pfllib_largest_gap() -> tuple:
                 for m in ("FedPer", "FedRep", "FedRoD", "Ditto")),)
 
 
-VS_PFLLIB_SEEDS = RESULTS / "vs_pfllib_three_seeds"
-#: the last ten states both libraries scored (trained rounds 20..29 of 30)
-LAST_TEN_SHARED = range(20, 30)
-
-
-def _accuracy_after(seed: int, library: str, method: str) -> dict[int, float]:
-    """Accuracy (%) after each trained round, CIFAR-100 split of ``seed`` (rounds file)."""
-    with open(VS_PFLLIB_SEEDS / f"cifar100_dirichlet_seed{seed}.rounds.csv") as handle:
-        return {int(r["trained_rounds"]): 100 * float(r["accuracy"])
-                for r in csv.DictReader(handle)
-                if r["library"] == library and r["method"] == method}
-
-
-def _without_drop_last(seed: int) -> dict[int, float]:
-    """PFLlib's FedPer with a loader that keeps the last batch: accuracy (%) after each
-    trained round, from its printed output."""
-    text = (VS_PFLLIB_SEEDS / f"pfllib_fedper_no_drop_last_cifar100_seed{seed}.txt").read_text()
-    rounds = [int(n) for n in re.findall(r"Round number: (\d+)", text)]
-    values = [100 * float(a) for a in re.findall(r"Averaged Test Accuracy: ([\d.]+)", text)]
-    return dict(zip(rounds, values, strict=True))
-
-
-def _fedper_last_ten(seed: int) -> tuple:
-    """FedPer's mean over LAST_TEN_SHARED: fedlight, PFLlib, PFLlib without drop-last."""
-    curves = (_accuracy_after(seed, "fedlight", "FedPer"),
-              _accuracy_after(seed, "PFLlib", "FedPer"), _without_drop_last(seed))
-    return tuple(statistics.fmean(c[k] for k in LAST_TEN_SHARED) for c in curves)
-
-
 BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
 SCALE = RESULTS / "scale.md"
 CPU_SPEED = RESULTS / "cpu_speed.md"
@@ -459,18 +430,6 @@ FEDPICK_C10 = "cifar10_fedpick_domains"
 FEDPICK_PAPER_AVG = {"FedPick": 92.09, "FedBN": 88.60}
 
 CLAIMS.update({
-    "benchmarks/results/vs_pfllib_three_seeds.md": [
-        Claim("FedPer, mean of the last ten shared states, falls from {:.2f} / {:.2f} / {:.2f} "
-              "to {:.2f} / {:.2f} / {:.2f} (splits 0 / 1 / 2), against fedlight's "
-              "{:.2f} / {:.2f} / {:.2f}", lambda: (
-                  *(_fedper_last_ten(s)[1] for s in range(3)),
-                  *(_fedper_last_ten(s)[2] for s in range(3)),
-                  *(_fedper_last_ten(s)[0] for s in range(3)))),
-        Claim("the gap of {:.2f} points on average shrinks to {:.2f}", lambda: (
-            statistics.fmean(_fedper_last_ten(s)[1] - _fedper_last_ten(s)[0] for s in range(3)),
-            statistics.fmean(_fedper_last_ten(s)[2] - _fedper_last_ten(s)[0]
-                             for s in range(3)))),
-    ],
     "benchmarks/results/cifar10_vs_pfllib.md": [
         ColumnClaim("method | fedlight best", "difference (points)",
                     lambda r: cell(r["fedlight best (%)"]) - cell(r["PFLlib best (%)"]), 0.015),
