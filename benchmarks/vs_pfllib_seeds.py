@@ -186,7 +186,7 @@ def pfllib_dataset(rows: Sequence[dict[str, str]], path: Path) -> str:
 
 def changed(files: Sequence[Path], change: str, logs: Sequence[Path], last: int) -> list[str]:
     """The rows of the changed-PFLlib table for one change (module docstring): one per method
-    with a log for every raw file."""
+    with a log for every raw file, against the first fedlight variant of that method."""
     datasets = [pfllib_dataset(read_raw(path), path) for path in files]
     curves = [read_curves(path) for path in files]
     if any(c is None for c in curves):
