@@ -543,6 +543,8 @@ QUOTED: dict[str, dict[str, str]] = {
         "FedPick's Table II, Office-Caltech-10, A / C / D / W": (
             "74.06 57.51 100.00 98.64 72.40 54.22 97.50 98.64 62.92 53.69 82.50 94.58 71.35 "
             "47.91 98.75 93.22"),
+        "the same table: LG-FedAvg, FedPer, FedRep": (
+            "71.88 52.36 96.88 97.97 63.65 54.31 83.75 94.58 63.44 49.96 80.63 92.20"),
     },
     f"benchmarks/results/{MAP_KD}.md": {
         "MAP's Tables I / II, CIFAR-10 with TFCNN: MAP, FedRS": "71.8 76.9 70.7 72.9",
