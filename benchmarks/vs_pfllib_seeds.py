@@ -121,6 +121,12 @@ def read_curves(raw: Path) -> dict[tuple[str, str, str], dict[int, float]] | Non
             for key, curve in values.items()}
 
 
+def tail_means(curves: Sequence[dict[int, float]], last: int) -> tuple[float, ...]:
+    """Each curve's mean over the last ``last`` trained-round counts every curve evaluated."""
+    shared = sorted(set.intersection(*(set(curve) for curve in curves)))[-last:]
+    return tuple(statistics.mean(curve[r] for r in shared) for curve in curves)
+
+
 def same_states(files: Sequence[Path], last: int) -> list[str]:
     """The table over the trained-round counts both libraries evaluated (module docstring);
     only the runs with a rounds file; empty when none has one."""
@@ -137,14 +143,12 @@ def same_states(files: Sequence[Path], last: int) -> list[str]:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for method, variant in keys:
         best: list[tuple[float, float]] = []
-        tail: list[tuple[float, float]] = []
+        tail: list[tuple[float, ...]] = []
         for run in curves:
             ours, theirs = run[("fedlight", method, variant)], run[("PFLlib", method, "")]
             shared = sorted(ours.keys() & theirs.keys())
             best.append((max(ours[r] for r in shared), max(theirs[r] for r in shared)))
-            window = shared[-last:]
-            tail.append((statistics.mean(ours[r] for r in window),
-                         statistics.mean(theirs[r] for r in window)))
+            tail.append(tail_means((ours, theirs), last))
         label = f"{method}, {variant}" if variant else method
         gaps = [a - b for a, b in tail]
         lines.append(
@@ -204,12 +208,10 @@ def changed(files: Sequence[Path], change: str, logs: Sequence[Path], last: int)
         if not variants:
             raise SystemExit(f"error: --changed {change!r}: the raw files have no fedlight "
                              f"run of {method}")
-        tails: list[tuple[float, float, float]] = []
+        tails: list[tuple[float, ...]] = []
         for index, run in enumerate(curves):
             ours, theirs = run[("fedlight", method, variants[0])], run[("PFLlib", method, "")]
-            window = sorted(ours.keys() & theirs.keys() & by_run[index].keys())[-last:]
-            tails.append(tuple(statistics.mean(c[r] for r in window)
-                               for c in (ours, theirs, by_run[index])))
+            tails.append(tail_means((ours, theirs, by_run[index]), last))
         before = [a - b for a, b, _ in tails]
         after = [a - c for a, _, c in tails]
         lines.append(
