@@ -16,7 +16,15 @@ import pytest
 import yaml
 
 from fedlight.cli import main
-from fedlight.sweep import SweepError, cache_key, load_sweep, plan_sweep, read_sweep, runner
+from fedlight.sweep import (
+    SweepError,
+    cache_key,
+    execute,
+    load_sweep,
+    plan_sweep,
+    read_sweep,
+    runner,
+)
 from fedlight.sweep.plan import CELL_TRAINER_OPTIONS
 
 BASE = {
@@ -275,18 +283,17 @@ def test_per_client_scores_are_on_in_every_cell_and_out_of_the_cache_key():
 
 def crash_one_cell_while_another_runs(config_file: str, resume: bool) -> dict:
     """Two cells (pool workers): the first to start crashes with a bug (not a user error) once
-    both have started; the other ends only after that crash, so it is still running when the
-    sweep learns of the crash."""
+    both have started; the other ends only once the sweep's process has learnt of that crash
+    (``crash-known``), so it is still running then."""
     runs = Path(config_file).parent
     Path(config_file).with_suffix(".started").touch()
     try:
         (runs / "crasher").touch(exist_ok=False)
     except FileExistsError:  # the other cell
-        wait_for(runs / "crashed")
+        wait_for(runs / "crash-known")
         return {"wall": 1.0, "cpu": 1.0, "error": None}
     while len(list(runs.glob("*.started"))) < JOBS:
         time.sleep(0.01)
-    (runs / "crashed").touch()
     raise RuntimeError("a bug in a run")
 
 
@@ -295,10 +302,19 @@ def test_a_crashing_cell_stops_the_sweep_after_recording_the_cells_still_running
     path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 3})
     out = tmp_path / "out"
     monkeypatch.setattr(runner, "run_cell", crash_one_cell_while_another_runs)
+    announce = execute.announce_crash
+
+    def announce_and_release(running: int) -> None:
+        announce(running)
+        (out / "runs" / "crash-known").touch()
+
+    monkeypatch.setattr(execute, "announce_crash", announce_and_release)
     with pytest.raises(SystemExit) as stop:
         main(["sweep", str(path), "--out", str(out), "--jobs", str(JOBS)])
     assert stop.value.code == 1
-    assert "RuntimeError: a bug in a run" in capsys.readouterr().err  # with its traceback
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug in a run" in err  # with its traceback
+    assert "a run crashed; stopping after the 1 still running" in err
     records = list((out / "runs").glob("*.json"))
     assert len(records) == 1  # the cell running beside the crash, and no cell started after
     assert len(list((out / "runs").glob("*.started"))) == JOBS

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -63,6 +64,13 @@ def finish(item: Planned, result: dict[str, Any], note: str = "") -> None:
     print(f"  {item.cell.label}: {note + '; ' if note else ''}{status}", flush=True)
 
 
+def announce_crash(running: int) -> None:
+    """Say on stderr that a run crashed and the sweep stops once the ``running`` cells have
+    finished (their records are written, so that a resumed sweep skips them)."""
+    print(f"sweep: a run crashed; stopping after the {running} still running", file=sys.stderr,
+          flush=True)
+
+
 def run_cells(planned: Sequence[Planned], jobs: int) -> int:
     """Run every unfinished cell, ``jobs`` at a time; returns how many ran."""
     todo = []
@@ -98,6 +106,7 @@ def run_cells(planned: Sequence[Planned], jobs: int) -> int:
                     finish(item, future.result())
                 else:
                     crash = crash or failure
+                    announce_crash(len(futures))
             if crash is None:
                 hand_over(len(done))
         # A cell that crashed (not a user error: that is a failed cell's record) stops the
