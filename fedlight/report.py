@@ -11,6 +11,8 @@ Written to ``DIR``:
   Table 3), with the number of seeds;
 * ``curves.png``: personalized accuracy against the round, one line per method, setting and
   round count (mean over seeds);
+* ``curves.csv``: what the curves are drawn from, one row per run and evaluated round (method,
+  setting, seed, rounds, round, personalized and global accuracy and the extra columns);
 * ``client_gain_<A>_vs_<B>.png``: histogram of per-client accuracy changes between the first
   two methods of a setting (MAP's Fig. 10), when ``--compare A B`` is given or exactly two
   methods share a setting;
@@ -247,6 +249,22 @@ def plot_curves(runs: Sequence[Run], path: Path) -> None:
     plt.close(fig)
 
 
+def write_curves_csv(runs: Sequence[Run], path: Path, extra: Sequence[str] = ()) -> None:
+    """Every evaluated round of every run: its labels, the round, personalized and global
+    accuracy and the ``extra`` metrics.csv columns (empty where a run has no such value)."""
+    metrics = ["personalized_accuracy", "global_accuracy", *extra]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["method", "setting", "seed", "rounds", "round", *metrics])
+        for run in runs:
+            for row in run.history:
+                values = [row.get(key, math.nan) for key in metrics]
+                if any(math.isfinite(v) for v in values):
+                    writer.writerow([run.method, run.setting, run.seed, run.rounds,
+                                     int(row["round"]),
+                                     *["" if not math.isfinite(v) else v for v in values]])
+
+
 def client_gains(first: Sequence[Run], second: Sequence[Run]) -> list[float]:
     """Per-client accuracy of ``second`` minus ``first``, pairing runs by seed."""
     by_seed = {r.seed: r for r in first}
@@ -332,6 +350,7 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
                      f"{', '.join(str(r.path) for r in repeated)}.", ""]
     sections += [results_table(runs, extra), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png")
+    write_curves_csv(runs, out / "curves.csv", extra)
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         by_setting[run.setting].append(run)

@@ -1,3 +1,4 @@
+import csv
 import json
 import math
 import time
@@ -41,6 +42,26 @@ def test_report_tables_and_pngs_from_two_methods(tmp_path):
                 "client_gain_Local_vs_FedAvg_synthetic_iid.png"):
         assert (tmp_path / "report" / png).stat().st_size > 1000, png
     assert "% of clients gain accuracy" in report
+
+
+def test_report_writes_every_evaluated_round_of_every_run_as_curves_csv(tmp_path):
+    runs = [run(tmp_path, cls, seed, rounds=3) for cls in (FedAvg, Local) for seed in (0, 1)]
+    write_report(runs, tmp_path / "report")
+    with (tmp_path / "report" / "curves.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 * 3  # runs x evaluated rounds
+    for folder in runs:
+        method, seed = folder.name.split("-")
+        with (folder / "metrics.csv").open() as handle:
+            history = [r for r in csv.DictReader(handle) if r["personalized_accuracy"]]
+        mine = [r for r in rows if r["method"] == method and r["seed"] == seed]
+        assert [int(r["round"]) for r in mine] == [int(float(h["round"])) for h in history]
+        for row, written in zip(mine, history, strict=True):
+            assert float(row["personalized_accuracy"]) == float(written["personalized_accuracy"])
+            assert row["global_accuracy"] == (written["global_accuracy"] and str(float(
+                written["global_accuracy"])))
+        assert {r["setting"] for r in mine} == {"synthetic/iid"}
+        assert {r["rounds"] for r in mine} == {"3"}
 
 
 def test_report_rejects_a_folder_that_is_not_a_run(tmp_path):

@@ -1,5 +1,5 @@
-"""A sweep's tables: ``report.md`` (with its plots), ``results.csv``, ``runs.csv`` and, with
-``select``, ``selection.md``."""
+"""A sweep's tables: ``report.md`` (with its plots and ``curves.csv``), ``results.csv``,
+``runs.csv`` and, with ``select``, ``selection.md``."""
 
 from __future__ import annotations
 
