@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from fedlight.clients import CLIENTS, MAP, ClientContext, FedPHP, FedRS
 from fedlight.clients.map import (
-    batches_per_epoch,
     hpm_momentum,
     kd_loss,
     mmd_loss,
@@ -17,7 +16,7 @@ from fedlight.clients.map import (
 )
 from fedlight.core.messages import TrainTask
 from fedlight.core.seeding import derive_seed
-from fedlight.data.datamodule import iterate_batches
+from fedlight.data.datamodule import batches_per_epoch, iterate_batches
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -28,10 +27,10 @@ def make_client(cls=MAP, **kwargs):
 
 
 def give_context(client, counts=(5.0, 3.0, 0.0, 0.0), join_ratio=0.5, rounds=4, train_data=None,
-                 batch_size=16):
+                 batch_size=16, drop_last=False):
     client.context = ClientContext(client_id=0, round=0, rounds=rounds, join_ratio=join_ratio,
                                    class_counts=torch.tensor(counts), train_data=train_data,
-                                   batch_size=batch_size)
+                                   batch_size=batch_size, drop_last=drop_last)
 
 
 def batch(n=12, classes=(0, 1)):
@@ -172,6 +171,13 @@ def test_code_schedule_uploads_after_all_epochs_then_personalizes_briefly():
     give_context(client, counts=(400.0, 1.0, 0.0, 0.0), batch_size=16)  # 401: 25 steps
     assert plan(client, 6) == [("rs", 6, True, 1.0, None),
                                ("personalize", 1, False, 0.2, 15)]  # ceil(0.1 * 150)
+    # trainer.drop_last: 410 samples give 25 steps an epoch, not 26
+    give_context(client, counts=(400.0, 10.0, 0.0, 0.0), batch_size=16, drop_last=True)
+    assert plan(client, 6) == [("rs", 6, True, 1.0, None),
+                               ("personalize", 1, False, 0.2, 15)]  # ceil(0.1 * 150)
+    give_context(client, counts=(400.0, 10.0, 0.0, 0.0), batch_size=16)
+    assert plan(client, 6) == [("rs", 6, True, 1.0, None),
+                               ("personalize", 1, False, 0.2, 16)]  # ceil(0.1 * 156)
     fixed = make_client(personalize_epochs=0)
     assert plan(fixed, 3) == [("rs", 3, True, 1.0, None)]
     assert batches_per_epoch(33, 16) == 2 and batches_per_epoch(34, 16) == 3

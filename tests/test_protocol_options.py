@@ -14,9 +14,10 @@ from lightning.fabric import Fabric
 
 from fedlight.clients import FedAvg, FedRep
 from fedlight.core.client import Phase
+from fedlight.core.errors import ConfigError
 from fedlight.core.messages import Score, TrainTask
 from fedlight.core.seeding import mean_join_ratio, participant_count, sample_clients
-from fedlight.data import FederatedDataModule
+from fedlight.data import FederatedDataModule, batches_per_epoch, iterate_batches
 from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.outputs.folder import CLIENT_ROUNDS
 from fedlight.federation.outputs.writer import client_score_rows
@@ -188,6 +189,56 @@ def test_batched_clients_stop_at_the_same_cap_as_the_loop(tmp_path):
                    local_epochs=2, batched_clients=2)
     assert any(not torch.allclose(uncapped.global_state[k], v, atol=1e-5)
                for k, v in looped.global_state.items())
+
+
+# ----------------------------------------------------------------- drop_last
+@pytest.mark.parametrize("samples, drop_last, sizes", [
+    (25, False, [10, 10, 5]), (25, True, [10, 10]), (21, False, [10, 10]),  # a 1-sample tail
+    (20, True, [10, 10]), (7, True, [7]), (7, False, [7]), (1, True, [1])])
+def test_drop_last_drops_a_partial_tail_but_never_the_only_batch(samples, drop_last, sizes):
+    x, y = torch.zeros(samples, 2), torch.arange(samples)
+    drawn = list(iterate_batches(x, y, 10, torch.Generator().manual_seed(0),
+                                 drop_last=drop_last))
+    assert [len(b) for _, b in drawn] == sizes
+    assert batches_per_epoch(samples, 10, drop_last) == len(sizes)
+    assert sorted(torch.cat([b for _, b in drawn]).tolist()) == sorted(
+        torch.cat([b for _, b in drawn]).unique().tolist())  # no sample twice
+
+
+def test_trainer_drop_last_trains_only_whole_batches(tmp_path):
+    # 45 training samples per client at batch 16: 2 whole batches and a tail of 13
+    client = make_client(Counting)
+    fit(tmp_path, "dropped", client=client, rounds=1, local_epochs=2, drop_last=True)
+    assert client.steps == {"train": 4 * 4}  # 4 clients, 2 steps an epoch
+    client = make_client(Counting)
+    fit(tmp_path, "kept", client=client, rounds=1, local_epochs=2)
+    assert client.steps == {"train": 4 * 6}
+
+
+def test_batched_clients_drop_the_same_batches_as_the_loop(tmp_path):
+    options = dict(rounds=1, local_epochs=2, drop_last=True)
+    batched = fit(tmp_path, "batched", client=make_client(FedRep, head_epochs=1),
+                  batched_clients=2, **options)
+    looped = fit(tmp_path, "looped", client=make_client(FedRep, head_epochs=1),
+                 batched_clients=1, **options)
+    for key, value in looped.global_state.items():
+        assert torch.allclose(batched.global_state[key], value, atol=1e-5), key
+    kept = fit(tmp_path, "kept", client=make_client(FedRep, head_epochs=1), rounds=1,
+               local_epochs=2, batched_clients=2)
+    assert any(not torch.allclose(kept.global_state[k], v, atol=1e-5)
+               for k, v in looped.global_state.items())
+
+
+def test_a_run_cannot_resume_with_another_drop_last(tmp_path):
+    fit(tmp_path, "r", rounds=1, drop_last=True)
+    resumed = tiny_trainer(tmp_path, rounds=2, run_name="r")
+    with pytest.raises(ValueError, match="trainer.drop_last: True -> "):
+        resumed.fit(make_client(FedAvg), tiny_data(), ckpt_path="last")
+
+
+def test_drop_last_must_be_a_boolean(tmp_path):
+    with pytest.raises(ConfigError, match="trainer.drop_last must be true or false, got 'yes'"):
+        tiny_trainer(tmp_path, drop_last="yes")
 
 
 # ----------------------------------------------------------------- random join ratio

@@ -33,7 +33,7 @@ from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives the
 from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
-from fedlight.data.datamodule import iterate_batches
+from fedlight.data.datamodule import batches_per_epoch, iterate_batches
 
 KT_LOSSES = ("kd", "mmd", "none")
 SCHEDULES = ("code", "paper")
@@ -92,13 +92,6 @@ def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.
             ``mu z_k >= Q T``; the authors' code: 0.9).
     """
     return min(max(mu * selections / (join_ratio * rounds), 0.0), cap)
-
-
-def batches_per_epoch(samples: int, batch_size: int) -> int:
-    """Optimizer steps of one epoch of ``iterate_batches`` (a trailing 1-sample batch is
-    dropped)."""
-    full, rest = divmod(samples, batch_size)
-    return max(full + (rest > 1 or (rest == 1 and samples == 1)), 1)
 
 
 # ===================================================================== the client
@@ -297,7 +290,8 @@ class MAP(RestrictedSoftmax, FederatedClient):
         """Optimizer steps of one epoch over this client's data (1 without a context)."""
         if self.context is None:
             return 1
-        return batches_per_epoch(self.context.num_train_samples, self.context.batch_size)
+        return batches_per_epoch(self.context.num_train_samples, self.context.batch_size,
+                                 self.context.drop_last)
 
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
         """Note whether this client has an HPM yet (one host read per round, not per step)

@@ -55,6 +55,7 @@ class ClientContext:
     train_data: tuple[Tensor, Tensor] | None = None  # (x, y) on the device, for hooks that
     # need the data outside training_step (e.g. re-estimating BatchNorm statistics)
     batch_size: int = 10
+    drop_last: bool = False  # training epochs drop a trailing partial batch (trainer.drop_last)
 
     @property
     def num_train_samples(self) -> int:

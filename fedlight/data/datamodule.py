@@ -87,26 +87,40 @@ def carve_validation(split: ClientSplit, fraction: float, rng: np.random.Generat
 
 def iterate_batches(
     x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator | None = None,
-    drop_single: bool = True,
+    drop_single: bool = True, drop_last: bool = False,
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Shuffled mini-batches of in-memory tensors (no shuffle when ``generator`` is None).
 
     For training, a trailing batch of a single sample is dropped (``drop_single``): BatchNorm
     cannot train on one sample. Evaluation passes ``drop_single=False`` so every sample is
-    scored.
+    scored. ``drop_last`` drops any trailing batch smaller than ``batch_size`` (torch's
+    ``DataLoader(drop_last=True)``, PFLlib's training loaders), except the only batch of
+    fewer than ``batch_size`` samples, which is kept so that every client trains.
+    :func:`batches_per_epoch` counts the batches.
     """
     n = len(y)
     order = (torch.randperm(n, generator=generator).to(x.device) if generator is not None
              else None)
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        if drop_single and stop - start == 1 and n > 1:
+        short = stop - start < batch_size and start > 0
+        if (drop_single and stop - start == 1 and n > 1) or (drop_last and short):
             return
         if order is None:  # in order: views of the tensors, no copy
             yield x[start:stop], y[start:stop]
         else:  # indexing, unlike index_select, keeps x's memory format (channels_last)
             index = order[start:stop]
             yield x[index], y[index]
+
+
+def batches_per_epoch(samples: int, batch_size: int, drop_last: bool = False) -> int:
+    """How many batches :func:`iterate_batches` gives for training (``drop_single``) over
+    ``samples`` samples: a trailing 1-sample batch is dropped, and with ``drop_last`` any
+    trailing partial batch (but never the only one)."""
+    full, rest = divmod(samples, batch_size)
+    if drop_last:
+        return max(full, 1)
+    return max(full + (rest > 1 or (rest == 1 and samples == 1)), 1)
 
 
 def _pooled(train: np.ndarray | None, test: np.ndarray | None, merge: bool) -> np.ndarray | None:

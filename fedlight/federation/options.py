@@ -50,6 +50,11 @@ class TrainerOptions:
             fine-tuning of evaluation phases is not counted; batched_clients then trains one
             client after another. None = no cap. Where to privatize caps Shakespeare at 250.
         batch_size: local mini-batch size.
+        drop_last: each local epoch drops its trailing batch when it is smaller than
+            batch_size, as PFLlib's training loaders (torch's drop_last=True) do; a client
+            with fewer samples than one batch still trains on them as one batch. False
+            (default) keeps it; a trailing batch of one sample is dropped either way
+            (BatchNorm cannot train on one sample).
         optimizer_state: fresh (a new optimizer every round) or persist (each client's
             optimizer and scheduler state is kept between rounds and in checkpoints).
         gradient_clip_val: clip gradients to this norm (or value) before each optimizer step,
@@ -144,6 +149,7 @@ class TrainerOptions:
         local_epochs: int = 1,
         max_local_steps: int | None = None,
         batch_size: int = 10,
+        drop_last: bool = False,
         optimizer_state: Literal["fresh", "persist"] = "fresh",
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
@@ -180,12 +186,12 @@ class TrainerOptions:
                      eval_batch_size=eval_batch_size, workers_per_device=workers_per_device)
         check_batched_clients(batched_clients)
         check_sharing(join_ratio, drop_rate, weighting)
-        check_protocol(max_local_steps, report_last)
+        check_protocol(max_local_steps, report_last, drop_last)
         check_processes(strategy, precision, threads, client_state_storage)
         check_local_loop(optimizer_state, gradient_clip_val, gradient_clip_algorithm)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
         self.weighting, self.seed, self.reinitialize = weighting, seed, reinitialize
-        self.local_epochs, self.batch_size = local_epochs, batch_size
+        self.local_epochs, self.batch_size, self.drop_last = local_epochs, batch_size, drop_last
         self.local_options: dict[str, Any] = dict(
             optimizer_state=optimizer_state, gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm)
@@ -249,9 +255,9 @@ def check_sharing(join_ratio: float, drop_rate: float, weighting: str) -> None:
 THREAD_RULES = ("auto", None)
 
 
-def check_protocol(max_local_steps: int | None, report_last: int) -> None:
-    """Refuse a step cap that is not a positive integer or None, and a reporting window
-    below 1."""
+def check_protocol(max_local_steps: int | None, report_last: int, drop_last: bool) -> None:
+    """Refuse a step cap that is not a positive integer or None, a reporting window below 1
+    and a ``drop_last`` that is not a boolean."""
     if max_local_steps is not None and (isinstance(max_local_steps, bool) or not isinstance(
             max_local_steps, int) or max_local_steps < 1):
         raise ConfigError(f"trainer.max_local_steps must be a positive integer or None (no "
@@ -259,12 +265,15 @@ def check_protocol(max_local_steps: int | None, report_last: int) -> None:
     if isinstance(report_last, bool) or not isinstance(report_last, int) or report_last < 1:
         raise ConfigError(f"trainer.report_last must be an integer >= 1 (evaluated rounds "
                           f"averaged in mean_last_*), got {report_last!r}")
+    if not isinstance(drop_last, bool):
+        raise ConfigError(f"trainer.drop_last must be true or false, got {drop_last!r}")
 
 
 #: Options added after runs were checkpointed, at the value that computes what runs computed
 #: before they existed: a run records them (and a resume compares them) only at another
 #: value, so checkpoints written before they existed still resume.
-ADDED_OPTION_DEFAULTS: dict[str, Any] = {"random_join_ratio": False, "max_local_steps": None}
+ADDED_OPTION_DEFAULTS: dict[str, Any] = {"random_join_ratio": False, "max_local_steps": None,
+                                         "drop_last": False}
 
 
 def added_options(options: TrainerOptions) -> dict[str, Any]:

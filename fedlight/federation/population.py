@@ -32,14 +32,15 @@ class Population:
             trained starts from).
         storage: the private-state store (``memory`` or ``disk``).
         storage_dir: the folder of the ``disk`` store's file (None: the temporary folder).
-        rounds, join_ratio, batch_size: told to clients through their context.
+        rounds, join_ratio, batch_size, drop_last: told to clients through their context;
+            ``drop_last`` also shapes the training epochs (:meth:`ClientRuntime.batches`).
         memory_format: the memory format of the image batches (see memory_format.py).
     """
 
     def __init__(self, datamodule: FederatedDataModule, dist: Distributed,
                  initial_private: dict[str, Tensor], storage: str,
                  storage_dir: str | Path | None, rounds: int, join_ratio: float,
-                 batch_size: int,
+                 batch_size: int, drop_last: bool = False,
                  memory_format: torch.memory_format = torch.contiguous_format) -> None:
         device = dist.device
         self.dist = dist
@@ -67,13 +68,15 @@ class Population:
         self.optimizer_states: dict[int, dict[int, dict[str, Any]]] = {}
         self.participations = [0] * self.num_clients
         self.rounds, self.join_ratio, self.batch_size = rounds, join_ratio, batch_size
+        self.drop_last = drop_last
 
     def context(self, client_id: int, round_idx: int) -> ClientContext:
         return ClientContext(
             client_id=client_id, round=round_idx, rounds=self.rounds, join_ratio=self.join_ratio,
             class_counts=self.class_counts[client_id],
             participations=self.participations[client_id],
-            train_data=self.train_data[client_id], batch_size=self.batch_size)
+            train_data=self.train_data[client_id], batch_size=self.batch_size,
+            drop_last=self.drop_last)
 
     def load(self, client: FederatedClient, client_id: int, round_idx: int,
              shared: Mapping[str, Tensor]) -> None:

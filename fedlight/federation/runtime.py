@@ -158,7 +158,7 @@ class ClientRuntime:
         prototypes), are never augmented; the fine-tuning of evaluation phases trains on
         augmented batches like local training."""
         batches = iterate_batches(*self.population.train_data[client_id], self.loop.batch_size,
-                                  generator)
+                                  generator, drop_last=self.population.drop_last)
         augmentation = self.population.augmentation
         if augmentation is None:
             return batches
@@ -273,7 +273,8 @@ def build_client_runtime(fabric: Fabric, client: FederatedClient,
     join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
                                  options.random_join_ratio)
     population = Population(datamodule, dist, initial_private, storage, storage_dir,
-                            options.rounds, join_ratio, options.batch_size, memory_format)
+                            options.rounds, join_ratio, options.batch_size, options.drop_last,
+                            memory_format)
     loop = LocalLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
                      **options.local_options)
     return ClientRuntime(fabric, client, population, loop, options.seed, options.local_epochs,

@@ -31,7 +31,7 @@ NEUTRAL_DEFAULTS = {"trainer.batched_clients": "auto", "trainer.cuda_graphs": Tr
                     "data.balanced": True, "data.augment": None,
                     "data.first_per_class": None, "data.surplus_train": "drop",
                     "trainer.max_local_steps": None, "trainer.random_join_ratio": False,
-                    "trainer.report_last": 10}
+                    "trainer.report_last": 10, "trainer.drop_last": False}
 
 
 def get(config: Mapping[str, Any], dotted: str) -> Any:
