@@ -64,10 +64,12 @@ def runs(name: str) -> list[dict]:
                 for row in csv.DictReader(handle)]
 
 
-def results(name: str, method: str, column: str) -> float:
-    """The mean of ``column`` over seeds for ``method`` in ``<name>/results.csv``, in %."""
+def results(name: str, method: str, column: str, setting: str | None = None) -> float:
+    """The mean of ``column`` over seeds for ``method`` (in ``setting`` where given) in
+    ``<name>/results.csv``, in %."""
     with open(RESULTS / name / "results.csv") as handle:
-        row = next(r for r in csv.DictReader(handle) if r["method"] == method)
+        row = next(r for r in csv.DictReader(handle) if r["method"] == method
+                   and setting in (None, r["setting"]))
     return 100 * float(row[f"{column} mean"])
 
 

@@ -111,6 +111,31 @@ def test_rerun_hits_the_cache_and_tables_rounds_and_times(tmp_path, monkeypatch,
     assert len(list(csv.DictReader((out / "runs.csv").open()))) == 2
 
 
+def test_report_only_tables_the_finished_runs_and_runs_nothing(tmp_path, monkeypatch):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 1})
+    out = tmp_path / "out"
+    main(["sweep", str(path), "--out", str(out)])
+
+    def must_not_run(*args):
+        raise AssertionError("--report-only ran a cell")
+
+    monkeypatch.setattr(runner, "run_cell", must_not_run)
+    wider = write(tmp_path, {"methods": ["FedAvg", "Local"], "seeds": 1})
+    main(["sweep", str(wider), "--out", str(out), "--report-only"])
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert [r["method"] for r in rows] == ["FedAvg"]
+    assert "The 1 finished runs of the sweep's 2" in (out / "report.md").read_text()
+    assert not list((out / "runs").glob("Local-*"))
+
+
+def test_report_only_with_no_finished_run_is_a_one_line_error(tmp_path, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 2})
+    with pytest.raises(SystemExit):
+        main(["sweep", str(path), "--out", str(tmp_path / "out"), "--report-only"])
+    assert "--report-only: none of the sweep's 2 runs has finished" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
     path = write(tmp_path, {"methods": ["FedAvg", "Local"]})
     out = tmp_path / "out"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import fedlight.sweep
 from fedlight.sweep.execute import run_cells
-from fedlight.sweep.plan import plan_sweep
+from fedlight.sweep.plan import Planned, plan_sweep
 from fedlight.sweep.results import write_results
 from fedlight.sweep.runner import cpu_seconds
 from fedlight.sweep.spec import SELECT_MODES, Sweep, SweepError, load_sweep
@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
                         "one torch thread each; default 1)")
     parser.add_argument("--dry-run", action="store_true",
                         help="resolve and list the runs (cached or not) without running")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the tables of the runs that have finished and run nothing "
+                        "(a sweep still running in another process, or stopped)")
     return parser
 
 
@@ -48,6 +51,9 @@ def main(argv: list[str]) -> None:
     out = Path(options.out or Path("sweeps") / sweep.name)
     command = "fedlight sweep " + " ".join(argv)
     if sweep.search is not None:
+        if options.report_only:
+            raise SweepError("--report-only applies to grids; a search writes its tables "
+                             "whenever it is resumed")
         run_search_command(sweep, out, options.jobs, options.dry_run, command)
         return
     started, cpu_started = time.perf_counter(), cpu_seconds()
@@ -57,11 +63,26 @@ def main(argv: list[str]) -> None:
             state = "cached" if item.record.is_file() else "to run"
             print(f"{item.cell.label}: {item.name} ({state})")
         return
-    out.mkdir(parents=True, exist_ok=True)
-    run_cells(planned, options.jobs)
+    sections: list[str] = []
+    if options.report_only:
+        planned, sections = finished_runs(planned, out)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        run_cells(planned, options.jobs)
     path = write_results(sweep, planned, out, command, time.perf_counter() - started,
-                         cpu_seconds() - cpu_started)
+                         cpu_seconds() - cpu_started, sections=sections)
     print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)
+
+
+def finished_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[str]]:
+    """The planned runs that have finished (a record, failed or not) and the line that says
+    how many of the sweep's they are; one line error when none has."""
+    finished = [item for item in planned if item.record.is_file()]
+    if not finished:
+        raise SweepError(f"--report-only: none of the sweep's {len(planned)} runs has "
+                         f"finished in {str(out)!r}")
+    return finished, [f"The {len(finished)} finished runs of the sweep's {len(planned)}; the "
+                      "others have not finished.", ""]
 
 
 def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
