@@ -179,15 +179,22 @@ def test_the_new_options_are_recorded_only_away_from_their_defaults(tmp_path):
 def test_batched_clients_stop_at_the_same_cap_as_the_loop(tmp_path):
     # FedRep: a head epoch (3 steps), then two body epochs (6 steps): the cap ends the body
     # phase after its first step
-    batched = fit(tmp_path, "batched", client=make_client(FedRep, head_epochs=1), rounds=1,
-                  local_epochs=2, max_local_steps=4, batched_clients=2)
-    looped = fit(tmp_path, "looped", client=make_client(FedRep, head_epochs=1), rounds=1,
-                 local_epochs=2, max_local_steps=4, batched_clients=1)
+    batched_equals_loop_and_differs_without(tmp_path, max_local_steps=4)
+
+
+def batched_equals_loop_and_differs_without(tmp_path, **options):
+    """FedRep (one head epoch), one round of two local epochs under ``options``: batched
+    clients end where the loop ends, and the same run without ``options`` ends elsewhere."""
+    def run(name, **more):
+        return fit(tmp_path, name, client=make_client(FedRep, head_epochs=1), rounds=1,
+                   local_epochs=2, **more)
+
+    batched = run("batched", batched_clients=2, **options)
+    looped = run("looped", batched_clients=1, **options)
     for key, value in looped.global_state.items():
         assert torch.allclose(batched.global_state[key], value, atol=1e-5), key
-    uncapped = fit(tmp_path, "uncapped", client=make_client(FedRep, head_epochs=1), rounds=1,
-                   local_epochs=2, batched_clients=2)
-    assert any(not torch.allclose(uncapped.global_state[k], v, atol=1e-5)
+    plain = run("plain", batched_clients=2)
+    assert any(not torch.allclose(plain.global_state[k], v, atol=1e-5)
                for k, v in looped.global_state.items())
 
 
@@ -216,17 +223,7 @@ def test_trainer_drop_last_trains_only_whole_batches(tmp_path):
 
 
 def test_batched_clients_drop_the_same_batches_as_the_loop(tmp_path):
-    options = dict(rounds=1, local_epochs=2, drop_last=True)
-    batched = fit(tmp_path, "batched", client=make_client(FedRep, head_epochs=1),
-                  batched_clients=2, **options)
-    looped = fit(tmp_path, "looped", client=make_client(FedRep, head_epochs=1),
-                 batched_clients=1, **options)
-    for key, value in looped.global_state.items():
-        assert torch.allclose(batched.global_state[key], value, atol=1e-5), key
-    kept = fit(tmp_path, "kept", client=make_client(FedRep, head_epochs=1), rounds=1,
-               local_epochs=2, batched_clients=2)
-    assert any(not torch.allclose(kept.global_state[k], v, atol=1e-5)
-               for k, v in looped.global_state.items())
+    batched_equals_loop_and_differs_without(tmp_path, drop_last=True)
 
 
 def test_a_run_cannot_resume_with_another_drop_last(tmp_path):
