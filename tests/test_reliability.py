@@ -125,15 +125,52 @@ def test_two_processes_resuming_no_run_print_one_error_line(tmp_path):
     the command for rank 1; rank 0 finds no checkpoint, every rank learns it and only rank 0
     prints the one line (no gloo traceback from rank 1)."""
     config = tiny_config(tmp_path, tmp_path / "runs", threads=1)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", "-c", config,
-                           "--trainer.devices", "2", "--ckpt_path", "last"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = run_two_processes(tmp_path, config, "--ckpt_path", "last")
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "no run named 'fedavg-synthetic-iid-s0'" in errors[0]
     assert "Traceback" not in done.stderr
     assert "Initializing distributed" not in done.stderr  # Fabric's set-up lines stay quiet
+    assert_both_ranks_left_the_process_group(done.stderr)
+
+
+def test_two_processes_leave_the_process_group_before_the_interpreter_exits(tmp_path):
+    """A rank exiting with gloo's process group alive can die of SIGABRT while the interpreter
+    tears down gloo's threads: every rank destroys it at exit, after a run as after an error."""
+    config = tiny_config(tmp_path, tmp_path / "runs", threads=1, rounds=1)
+    done = run_two_processes(tmp_path, config)
+    assert done.returncode == 0, done.stderr
+    assert_both_ranks_left_the_process_group(done.stderr)
+
+
+#: Imported by every Python process of a test's command (PYTHONPATH's first folder): its
+#: atexit handler is registered first, so it runs last and sees what the run left.
+EXIT_PROBE = """import atexit, sys
+
+def probe():
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available():
+        print(f"process group at exit: {distributed.is_initialized()}", file=sys.stderr)
+
+atexit.register(probe)
+"""
+
+
+def run_two_processes(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProcess:
+    """``fedlight fit -c config --trainer.devices 2 *args`` (Fabric's ``ddp`` launcher re-runs
+    the command for rank 1), each process with :data:`EXIT_PROBE`."""
+    probe = tmp_path / "probe"
+    probe.mkdir(exist_ok=True)
+    (probe / "sitecustomize.py").write_text(EXIT_PROBE)
+    env = {**os.environ, "PYTHONPATH": f"{probe}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "fedlight.cli", "fit", "-c", config,
+                           "--trainer.devices", "2", *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def assert_both_ranks_left_the_process_group(stderr: str) -> None:
+    probes = [line for line in stderr.splitlines() if line.startswith("process group at exit")]
+    assert probes == ["process group at exit: False"] * 2, stderr
 
 
 def test_a_forked_run_raises_a_ranks_error_as_it_was_raised(tmp_path, capsys, monkeypatch):

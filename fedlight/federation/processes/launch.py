@@ -3,6 +3,7 @@ result back to the calling process."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import logging
@@ -120,6 +121,7 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     trainer.fabric = fabric  # the launched (set-up) Fabric of this process
+    leave_process_group_at_exit()
     try:
         value = getattr(trainer, method)(*args)
     except BaseException as error:
@@ -142,6 +144,21 @@ def _run_in_process(fabric: Fabric, trainer: Any, method: str, path: str, caller
                   for name in RETURNED_ATTRIBUTES if hasattr(trainer, name)}
     _save_outcome(f"{path}.0", ("result", value, attributes))
     return None
+
+
+def leave_process_group_at_exit() -> None:
+    """Destroy this rank's process group when its interpreter exits (once, however many runs
+    the process starts). A rank that exits with gloo's process group still alive (after a run,
+    or on ``error: ...`` and exit code 2) can be killed by SIGABRT ("terminate called without
+    an active exception") while the interpreter tears down gloo's threads; atexit runs while
+    the interpreter is still whole."""
+    atexit.unregister(_destroy_process_group)
+    atexit.register(_destroy_process_group)
+
+
+def _destroy_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _save_outcome(path: str, outcome: tuple[Any, ...]) -> None:
