@@ -124,8 +124,12 @@ def test_report_only_tables_the_finished_runs_and_runs_nothing(tmp_path, monkeyp
     main(["sweep", str(wider), "--out", str(out), "--report-only"])
     rows = list(csv.DictReader((out / "runs.csv").open()))
     assert [r["method"] for r in rows] == ["FedAvg"]
-    assert "The 1 finished runs of the sweep's 2" in (out / "report.md").read_text()
+    assert ("1 of the sweep's 2 runs have ended (finished or failed); the rest have not started "
+            "or are still running.") in (out / "report.md").read_text()
     assert not list((out / "runs").glob("Local-*"))
+    narrow = write(tmp_path, {"methods": ["FedAvg"], "seeds": 1})  # every run has ended
+    main(["sweep", str(narrow), "--out", str(out), "--report-only"])
+    assert "runs have ended" not in (out / "report.md").read_text()
 
 
 def test_report_only_with_no_finished_run_is_a_one_line_error(tmp_path, capsys):

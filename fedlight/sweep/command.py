@@ -75,14 +75,16 @@ def main(argv: list[str]) -> None:
 
 
 def finished_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[str]]:
-    """The planned runs that have finished (a record, failed or not) and the line that says
-    how many of the sweep's they are; one line error when none has."""
-    finished = [item for item in planned if item.record.is_file()]
-    if not finished:
+    """The planned runs that have ended (a record: finished or failed) and, where some have
+    not, the line that says how many of the sweep's they are; one line error when none has."""
+    ended = [item for item in planned if item.record.is_file()]
+    if not ended:
         raise SweepError(f"--report-only: none of the sweep's {len(planned)} runs has "
                          f"finished in {str(out)!r}")
-    return finished, [f"The {len(finished)} finished runs of the sweep's {len(planned)}; the "
-                      "others have not finished.", ""]
+    if len(ended) == len(planned):
+        return ended, []
+    return ended, [f"{len(ended)} of the sweep's {len(planned)} runs have ended (finished or "
+                   "failed); the rest have not started or are still running.", ""]
 
 
 def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
