@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
         return
     sections: list[str] = []
     if options.report_only:
-        planned, sections = finished_runs(planned, out)
+        planned, sections = ended_runs(planned, out)
     else:
         out.mkdir(parents=True, exist_ok=True)
         run_cells(planned, options.jobs)
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> None:
     print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)
 
 
-def finished_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[str]]:
+def ended_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[str]]:
     """The planned runs that have ended (a record: finished or failed) and, where some have
     not, the line that says how many of the sweep's they are; one line error when none has."""
     ended = [item for item in planned if item.record.is_file()]
