@@ -1,0 +1,284 @@
+"""The results files of ``benchmarks/results/``, each written whole from the raw files in its
+folder and the papers' numbers in ``benchmarks/results/paper_values.csv``.
+
+    python benchmarks/tables.py map_distillation     # writes benchmarks/results/map_distillation.md
+    python benchmarks/tables.py --check              # exit 1, naming each file that differs
+
+A results file ``NAME.md`` is its template ``benchmarks/templates/NAME.md`` with every
+``{{field}}`` filled in by ``NAME``'s generator below: the tables and every number, ordering
+word ("above", "in every seed", "within one seed std") and paper number of the prose are
+fields, each computed from the raw files; the template itself prints no decimal number but a
+setting of the runs, written ``{{setting:0.03}}`` (a value of the sweep or config files).
+tests/test_results_generated.py checks the template and that each file equals its output. What
+cannot be computed (a cause, an interpretation) is written as a reading, with no number of its
+own.
+
+Paper numbers are looked up by (paper, method, setting) in ``paper_values.csv``, where each
+row also names the paper's table, row and column it is copied from: a number cannot move to
+another method's row without the file changing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+TEMPLATES = ROOT / "benchmarks" / "templates"
+PAPER_VALUES = RESULTS / "paper_values.csv"
+FIELD = re.compile(r"\{\{([\w.:-]+)\}\}")
+SETTING = re.compile(r"\{\{setting:([\d.]+)\}\}")  # a setting of the run, printed as written
+
+Fields = dict[str, str]
+
+
+# ----------------------------------------------------------------------------- raw files
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file of the results folder."""
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def number(text: str) -> float | None:
+    """A CSV cell as a number (``None`` for an empty cell)."""
+    return float(text) if text not in ("", "None") else None
+
+
+def paper(name: str, method: str, setting: str) -> float:
+    """The paper ``name``'s number for ``method`` in ``setting`` (paper_values.csv)."""
+    found = [row for row in read_csv(PAPER_VALUES) if (row["paper"], row["method"],
+                                                         row["setting"]) == (name, method, setting)]
+    if len(found) != 1:
+        raise KeyError(f"paper_values.csv has {len(found)} rows for {name} / {method} / {setting}")
+    return float(found[0]["value"])
+
+
+def paper_gap(name: str, first: str, second: str, setting: str) -> str:
+    """``first``'s paper number minus ``second``'s, in points, to the paper's one place."""
+    return f"{paper(name, first, setting) - paper(name, second, setting):.1f}"
+
+
+def paper_digits(name: str, method: str, setting: str) -> str:
+    """A paper's number as the paper prints it."""
+    found = next(row for row in read_csv(PAPER_VALUES) if (row["paper"], row["method"],
+                                                             row["setting"]) == (name, method,
+                                                                                 setting))
+    return found["value"]
+
+
+# ----------------------------------------------------------------------------- formatting
+def pct(value: float, digits: int = 2) -> str:
+    """A fraction as a percentage, ``digits`` places."""
+    return f"{100 * value:.{digits}f}"
+
+
+def signed(points: float, digits: int = 2) -> str:
+    """A difference in points with its sign (``+0.00`` for a zero)."""
+    return f"{points:+.{digits}f}".replace("-0.00", "+0.00") if digits == 2 else \
+        f"{points:+.{digits}f}"
+
+
+def mean_std(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± sample std`` of fractions in %, the value alone for one."""
+    if len(values) == 1:
+        return pct(values[0], digits)
+    return f"{pct(statistics.fmean(values), digits)} ± {pct(statistics.stdev(values), digits)}"
+
+
+def joined(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def in_seeds(count: int, total: int) -> str:
+    """``in every seed``, ``in no seed`` or ``in k of n seeds``."""
+    if count == total:
+        return "in every seed"
+    return "in no seed" if count == 0 else f"in {count} of {total} seeds"
+
+
+def compared(first: float, second: float, above: str = "above", below: str = "below") -> str:
+    """The word that orders ``first`` against ``second``."""
+    if first == second:
+        return "equal to"
+    return above if first > second else below
+
+
+def within_std(gap: float, std: float) -> str:
+    """Whether a gap (points) is inside one seed std (points)."""
+    return "within one seed std" if abs(gap) <= std else "more than one seed std"
+
+
+def table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (``align``: ``l`` or ``r`` per column)."""
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- rendering
+def render(name: str) -> str:
+    """The results file ``name`` as its generator writes it."""
+    template = (TEMPLATES / f"{name}.md").read_text()
+    fields = GENERATORS[name]()
+    fields.update({f"setting:{value}": value for value in SETTING.findall(template)})
+    used = set(FIELD.findall(template))
+    missing, unused = used - fields.keys(), fields.keys() - used
+    if missing or unused:
+        raise KeyError(f"{name}: template fields without a value {sorted(missing)}, values "
+                       f"without a field {sorted(unused)}")
+    return FIELD.sub(lambda m: fields[m.group(1)], template)
+
+
+def results_path(name: str) -> Path:
+    return RESULTS / f"{name}.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"results files to write: {', '.join(GENERATORS)}"
+                        " (all when none)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each file that differs from its output")
+    options = parser.parse_args(argv)
+    unknown = [n for n in options.names if n not in GENERATORS]
+    if unknown:
+        parser.exit(2, f"error: no generator for {', '.join(unknown)}; valid: "
+                       f"{', '.join(GENERATORS)}\n")
+    stale = []
+    for name in options.names or list(GENERATORS):
+        text = render(name)
+        if options.check:
+            if not results_path(name).is_file() or results_path(name).read_text() != text:
+                stale.append(name)
+        else:
+            results_path(name).write_text(text)
+            print(f"wrote {results_path(name).relative_to(ROOT)}")
+    if stale:
+        parser.exit(1, f"differ from their generator's output: {', '.join(stale)}\n")
+
+
+# ----------------------------------------------------------------------------- map_distillation
+MAP_PAPER = "MAP"
+
+
+def map_distillation() -> Fields:
+    folder = RESULTS / "map_distillation"
+    runs = read_csv(folder / "runs.csv")
+    curves = read_csv(folder / "curves.csv")
+    seeds = sorted({r["seed"] for r in runs}, key=int)
+    methods = ["FedRS", "MAP", "FedAvg", "FedPHP"]
+
+    def values(method: str, setting: str, column: str) -> list[float]:
+        return [v for r in runs if r["method"] == method and r["setting"] == setting
+                for v in [number(r[column])] if v is not None]
+
+    def last(method: str, setting: str, seed: str, column: str) -> float:
+        return next(float(r[column]) for r in runs if (r["method"], r["setting"], r["seed"])
+                    == (method, setting, seed))
+
+    evaluations = sorted({int(r["round"]) for r in curves})
+    columns = [("last global", "last global"), ("last personalized", "last personalized"),
+               ("last personalized_accuracy_mean", "last personalized, mean over clients"),
+               ("last hpm_accuracy_mean", "last HPM, mean over clients"),
+               ("mean last-10 personalized",
+                f"mean of all {len(evaluations)} evaluations (rounds {evaluations[0]}-"
+                f"{evaluations[-1]}), personalized"),
+               ("std (fairness)", "std over clients (fairness)"), ("CPU s / run", "CPU s / run")]
+    fields: Fields = {}
+    for setting in ("cifar10", "cifar100"):
+        rows = []
+        for method in methods:
+            count = len(values(method, setting, "last global"))
+            cells = [f"{method} ({setting})",
+                     str(count) if count == len(seeds) else f"{count} of {len(seeds)}"]
+            for column, _ in columns:
+                found = values(method, setting, column)
+                if not found:
+                    cells.append("-")
+                elif column == "CPU s / run":
+                    cells.append(f"{statistics.fmean(found):.0f}")
+                elif column == "std (fairness)":
+                    cells.append(pct(statistics.fmean(found)))
+                else:
+                    cells.append(mean_std(found))
+            rows.append(cells)
+        fields[f"table_{setting}"] = table(["method", "seeds", *(t for _, t in columns)],
+                                           ["l", "r", *("r" * len(columns))], rows)
+    fields["evaluations"] = str(len(evaluations))
+
+    def minus(first: str, second: str, setting: str, column: str = "last personalized"
+              ) -> list[float]:
+        return [100 * (last(first, setting, s, column) - last(second, setting, s, column))
+                for s in seeds]
+
+    fields["map_minus_fedrs_cifar10"] = joined([signed(g) for g in minus("MAP", "FedRS",
+                                                                         "cifar10")])
+    fields["map_minus_fedrs_cifar100"] = joined([signed(g) for g in minus("MAP", "FedRS",
+                                                                          "cifar100")])
+    personalization = "cifar10/TFCNN/personalization"
+    aggregation = "cifar10/TFCNN/aggregation"
+    fields["paper_map_over_fedrs"] = paper_gap(MAP_PAPER, "MAP", "FedRS", personalization)
+    fields["fedphp_minus_fedavg_cifar10"] = joined([signed(g) for g in minus(
+        "FedPHP", "FedAvg", "cifar10")])
+    fields["paper_fedphp_over_fedavg"] = paper_gap(MAP_PAPER, "FedPHP", "FedAvg",
+                                                   personalization)
+    fields["paper_fedphp_over_fedavg_aggregation"] = paper_gap(MAP_PAPER, "FedPHP", "FedAvg",
+                                                               aggregation)
+    same = all(last("FedPHP", "cifar10", s, "last global") == last("FedAvg", "cifar10", s,
+                                                                    "last global") for s in seeds)
+    fields["fedphp_global_is_fedavg"] = (
+        f"FedAvg's {in_seeds(len(seeds) if same else 0, len(seeds))} "
+        f"({mean_std(values('FedPHP', 'cifar10', 'last global'))} both)" if same else
+        "not FedAvg's")
+    quoted = ("MAP", "FedRS", "FedPHP", "FedAvg")
+    fields["paper_line"] = "; ".join(f"{m} {paper_digits(MAP_PAPER, m, aggregation)} / "
+                                     f"{paper_digits(MAP_PAPER, m, personalization)}"
+                                     for m in quoted)
+    # the runs that stopped, from the sweep's report.md ("... in round N, phase 'P' ...")
+    failed = re.findall(r"Failed: (\w+) / (\w+) / seed (\d+): .*? in round (\d+), phase '(\w+)'",
+                        (folder / "report.md").read_text())
+    fields["failed_methods"] = joined([m for m, _ in sorted({(m, "") for m, *_ in failed})])
+    fields["failed_seeds"] = joined(sorted({seed for *_, seed, _, _ in failed}))
+    failed_rounds = sorted(int(r) for *_, r, _ in failed)
+    fields["failed_rounds"] = f"{failed_rounds[0]}-{failed_rounds[-1]}"
+    fields["failed_phases"] = "; ".join(
+        f"{m} in its {'distillation phase' if p == 'personalize' else 'local training'}"
+        for m, p in sorted({(m, p) for m, _, _, _, p in failed}, reverse=True))
+    finished_all = [m for m in methods if len(values(m, "cifar100", "last global")) == len(seeds)]
+    fields["finished_all"] = joined(finished_all)
+    seed0 = {m: 100 * last(m, "cifar100", seeds[0], "last personalized") for m in methods}
+    ranked = sorted(seed0.items(), key=lambda item: -item[1])
+    top = [m for m, v in ranked if v == ranked[0][1]]
+    others = [v for m, v in seed0.items() if m not in finished_all]
+    ahead = min(seed0[m] for m in finished_all) > max(others)
+    fields["seed0_ahead"] = "also ahead" if ahead else "not both ahead"
+    fields["seed0_ranking"] = ", ".join(
+        [f"{joined(top)} {ranked[0][1]:.2f}"] + [f"{m} {v:.2f}" for m, v in ranked[len(top):]])
+    # the inherited model against the personalized one, both as means over clients
+    hpm = values("MAP", "cifar100", "last hpm_accuracy_mean")
+    personal = values("MAP", "cifar100", "last personalized_accuracy_mean")
+    gaps = [100 * (h - p) for h, p in zip(hpm, personal, strict=True)]
+    fields["hpm_cifar100"] = mean_std(hpm)
+    fields["personal_mean_cifar100"] = mean_std(personal)
+    fields["hpm_above_in"] = in_seeds(sum(g > 0 for g in gaps), len(gaps))
+    fields["hpm_gap_mean"] = f"{statistics.fmean(gaps):.2f}"
+    fields["hpm_gaps"] = joined([signed(g) for g in gaps])
+    fields["hpm_gap_std"] = within_std(statistics.fmean(gaps), 100 * statistics.stdev(hpm))
+    fields["pooled_cifar100"] = mean_std(values("MAP", "cifar100", "last personalized"))
+    return fields
+
+
+GENERATORS: dict[str, Callable[[], Fields]] = {
+    "map_distillation": map_distillation,
+}
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,148 @@
+"""Every results file of benchmarks/results/ is the output of its generator (benchmarks/tables.py),
+so that no table cell, number, ordering word or paper number can be edited by hand.
+
+A results file that no generator writes is listed in ``NOT_YET_GENERATED`` (its numbers are
+checked the older, looser way by tests/test_published_numbers.py); the list may only shrink, and
+a new results file fails here until a generator writes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+tables = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tables)
+
+# Results files written before the generators (their tables pasted from the named script's or
+# sweep's output); tests/test_published_numbers.py checks their numbers against the raw files.
+NOT_YET_GENERATED = {
+    "baselines", "baselines_dirichlet", "baselines_incomplete", "cifar100_gpfl_table1",
+    "cifar100_privatize", "cifar10_fedpick_domains", "cifar10_gpfl_table1", "cifar10_map_table",
+    "cifar10_privatize", "cifar10_vs_pfllib", "cpu_speed", "fedpick", "gpfl", "gpu", "map",
+    "office_caltech10_fedpick_table2", "privacy", "privatize", "quickstart", "scale",
+    "vs_pfllib_three_seeds",
+}
+GENERATED = sorted(tables.GENERATORS)
+CODE = re.compile(r"```.*?```", re.S)
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+
+
+def test_every_results_file_is_generated_or_listed():
+    names = {p.stem for p in RESULTS.glob("*.md")}
+    unlisted = names - set(GENERATED) - NOT_YET_GENERATED
+    assert not unlisted, f"write a generator in benchmarks/tables.py for {sorted(unlisted)}"
+    assert not NOT_YET_GENERATED & set(GENERATED), "generated now: remove from NOT_YET_GENERATED"
+    assert NOT_YET_GENERATED <= names, "no longer published: remove from NOT_YET_GENERATED"
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_the_results_file_is_its_generators_output(name):
+    """A failure: the file was edited by hand or a raw file changed; rerun
+    ``python benchmarks/tables.py NAME`` and read the difference."""
+    assert (RESULTS / f"{name}.md").read_text() == tables.render(name)
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_the_template_prints_no_number_of_its_own(name):
+    """Outside its code blocks a template's decimals are all fields; a setting written as
+    ``{{setting:0.03}}`` is a value of the repository's configs or sweep files."""
+    template = (tables.TEMPLATES / f"{name}.md").read_text()
+    text = tables.FIELD.sub("", CODE.sub("", template))
+    text = re.sub(r"\]\([^)]*\)|torch \S+|\d{4}-\d\d-\d\d|\d\d:\d\d|arXiv:\d+\.\d+", "", text)
+    assert DECIMAL.findall(text) == []
+    configs = [*(ROOT / "configs").rglob("*.yaml"),
+               *(ROOT / "benchmarks" / "sweeps").glob("*.yaml")]
+    values = {float(n) for f in configs for n in re.findall(r"\d+\.\d+", f.read_text())}
+    assert [s for s in re.findall(r"\{\{setting:([\d.]+)\}\}", template)
+            if float(s) not in values] == []
+
+
+def test_each_paper_value_is_one_row_of_one_table():
+    rows = list(csv.DictReader(tables.PAPER_VALUES.open()))
+    keys = [(r["paper"], r["method"], r["setting"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert all(r["table"] and r["row"] and r["column"] and float(r["value"]) >= 0 for r in rows)
+
+
+PAPERS = ROOT.parent / "shared" / "papers"
+PAPER_FILES = {"MAP": "003_463d726378aedddd.txt", "FedPick": "004_527cbce9d0f8fe85.txt"}
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason="the papers' text is in ../shared/papers")
+def test_each_paper_value_is_printed_in_its_row_of_the_paper():
+    """The paper's line that starts with the row's name prints the value (in the column's
+    place for the tables read here: the values of a row are listed left to right)."""
+    wrong = []
+    for row in csv.DictReader(tables.PAPER_VALUES.open()):
+        text = (PAPERS / PAPER_FILES[row["paper"]]).read_text().replace("\xa0", " ")
+        start = {"Table I (aggregation)": "TABLE I:", "Table II (personalization)": "TABLE II:",
+                 "Table II": "TABLE II:"}[row["table"]]
+        section = text[text.index(start):]
+        line = next(x for x in section.splitlines() if x.startswith(row["row"] + " "))
+        numbers = re.findall(r"\d+\.\d+(?= \()", line)
+        position = column_position(row)
+        if numbers[position] != row["value"]:
+            wrong.append(f"{row['paper']} {row['row']} {row['column']}: {row['value']} "
+                         f"(the paper: {numbers[position]})")
+    assert wrong == []
+
+
+def column_position(row: dict[str, str]) -> int:
+    """Where the column's value stands in the paper's row."""
+    if row["paper"] == "MAP":  # MLPNet LeNet TFCNN VGG8 VGG8-BN VGG11 ResNet20 ResNet56
+        return ["MLPNet", "LeNet", "TFCNN", "VGG8", "VGG8-BN", "VGG11", "ResNet20",
+                "ResNet56"].index(row["column"].split()[-1])
+    # FedPick's Table II: MM MT UP SY SV (Digits-Five), A C D W (Office-Caltech-10), then DomainNet
+    return 5 + "ACDW".index(row["column"].split()[-1])
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_a_planted_error_fails(name):
+    """A changed table cell, a changed number in a sentence and a changed ordering word each
+    make the file differ from its generator's output."""
+    text = (RESULTS / f"{name}.md").read_text()
+    rendered = tables.render(name)
+    cell = re.search(r"^\|[^\n]*?(\d+\.\d\d)", text, re.M)
+    prose = next(m for m in DECIMAL.finditer(CODE.sub(lambda c: " " * len(c.group()), text))
+                 if not text[text.rfind("\n", 0, m.start()) + 1:].startswith("|"))
+    word = re.search(r"\b(above|below|under|ahead|every|within|first)\b", text)
+    plants = [text[:cell.start(1)] + "9" + text[cell.start(1) + 1:],
+              text[:prose.start()] + "9" + text[prose.start() + 1:]]
+    if word:
+        plants.append(text[:word.start()] + "over" + text[word.end():])
+    assert text == rendered
+    assert all(planted != rendered for planted in plants)
+
+
+def test_a_paper_number_moved_to_another_row_fails(monkeypatch):
+    """Swapping two methods' paper values changes the files that print them."""
+    original = tables.read_csv
+    moved = {("MAP", "FedRS", "cifar10/TFCNN/personalization"): "76.9",
+             ("MAP", "MAP", "cifar10/TFCNN/personalization"): "72.9"}
+
+    def swapped(path: Path) -> list[dict[str, str]]:
+        rows = original(path)
+        if path == tables.PAPER_VALUES:
+            for row in rows:
+                row["value"] = moved.get((row["paper"], row["method"], row["setting"]),
+                                         row["value"])
+        return rows
+
+    before = tables.render("map_distillation")
+    monkeypatch.setattr(tables, "read_csv", swapped)
+    assert tables.render("map_distillation") != before
+
+
+def test_an_unknown_name_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as raised:
+        tables.main(["no_such_file"])
+    assert raised.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
