@@ -609,26 +609,12 @@ CLAIMS["benchmarks/results/vs_pfllib_three_seeds.md"] = [
       for d, suffix, library in [(0, " (PFLlib's)", "PFLlib"), (0, " (PFLlib's)", "fedlight"),
                                  *((d, "", "fedlight") for d in range(1, 5))]),
 ]
-# FedPick's Table II, Office-Caltech-10, A / C / D / W (best accuracy, %), quoted in QUOTED below
-OFFICE_PAPER = {"FedProx": (61.35, 53.78, 82.50, 95.59), "FedAvg": (62.92, 53.69, 82.50, 94.58)}
-CLAIMS["benchmarks/results/office_caltech10_fedpick_table2.md"] = [
-    Claim("as in the paper (averages {:.2f} against {:.2f})", lambda: (
-        statistics.fmean(OFFICE_PAPER["FedProx"]), statistics.fmean(OFFICE_PAPER["FedAvg"]))),
-]
 CLAIMS["docs/scale-out.md"].append(
     Claim("emulated there ({:.1f}x slower per sample", lambda: (12.33 / 1.31,)))
 
 
 # Numbers no run of ours produced, by file: the papers' tables, hardware specifications.
 QUOTED: dict[str, dict[str, str]] = {
-    "benchmarks/results/office_caltech10_fedpick_table2.md": {
-        "FedPick's Table II, Office-Caltech-10, A / C / D / W": (
-            "74.06 57.51 100.00 98.64 72.40 54.22 97.50 98.64 62.92 53.69 82.50 94.58 71.35 "
-            "47.91 98.75 93.22"),
-        "the same table: LG-FedAvg, FedPer, FedRep": (
-            "71.88 52.36 96.88 97.97 63.65 54.31 83.75 94.58 63.44 49.96 80.63 92.20"),
-        "the same table: FedProx": " ".join(f"{v:.2f}" for v in OFFICE_PAPER["FedProx"]),
-    },
     f"benchmarks/results/{GPFL_C100}.md": {
         "GPFL's Table 1, CIFAR-100, Dirichlet 0.1": (
             "61.86 52.87 52.70 52.39 50.94 50.52 49.63 47.34 44.28 31.99 31.89"),
