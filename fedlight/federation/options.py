@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import WEIGHTINGS
+from fedlight.federation.callbacks import RoundCallback, check_callbacks
 from fedlight.federation.local_loop import CLIP_ALGORITHMS, OPTIMIZER_STATES
 from fedlight.federation.memory_format import check_memory_format
 from fedlight.federation.outputs.loggers import LOGGERS, LoggerName
@@ -93,6 +94,10 @@ class TrainerOptions:
         verbose: print the partition table and the final summary table.
         probes: callbacks run after each evaluated round that add metric columns, e.g.
             DLGProbe (gradient-inversion leakage).
+        callbacks: round callbacks (fedlight.federation.callbacks.RoundCallback, Lightning's
+            shape): hooks at the start and end of fit and of each round, with the round's
+            metrics; e.g. EarlyStopping (stop when a metric has not improved for patience
+            evaluations; the stop is recorded in the checkpoint).
         accelerator: Fabric accelerator (auto, cpu, cuda, ...).
         devices: Fabric devices; more than one runs one process per device, each training
             the sampled clients it owns (owners balance the clients' training samples);
@@ -177,6 +182,7 @@ class TrainerOptions:
         client_state_dir: str | None = None,
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
+        callbacks: list[RoundCallback] | None = None,
         memory_format: Literal["auto", "channels_last", "contiguous"] = "auto",
         batched_clients: int | Literal["auto"] = "auto",
         cuda_graphs: bool = True,
@@ -215,6 +221,7 @@ class TrainerOptions:
         self.batched_clients, self.cuda_graphs = batched_clients, bool(cuda_graphs)
 
     @classmethod
+        self.callbacks = check_callbacks(callbacks)
     def from_saved(cls, trainer: dict[str, Any]) -> TrainerOptions:
         """The options of a saved run's trainer section (a checkpoint's ``config["trainer"]``);
         what it does not record keeps its default."""

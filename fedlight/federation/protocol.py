@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,8 @@ class RoundProtocol:
         self.eval_every, self.grad_scale = eval_every, grad_scale
         self.random_join_ratio = random_join_ratio
         self.keep_from = 0  # the newest checkpointed round (see TrainTask.keep_from)
+        #: called with (clients done, clients) as this process's clients of a round finish
+        self.on_client_done: Callable[[int, int], None] | None = None
 
     def plan(self, round_idx: int) -> RoundPlan:
         """The participants, the dropped and the evaluation decision of round_idx."""
@@ -126,7 +128,9 @@ class RoundProtocol:
         tasks = {}
         for task in self.tasks(plan):
             tasks[task.client_id] = task
-        for outcome in self.engine.train(list(tasks.values())):
+        for done, outcome in enumerate(self.engine.train(list(tasks.values())), 1):
+            if self.on_client_done is not None:
+                self.on_client_done(done, len(tasks))
             client_id = outcome.client_id
             sent = state_bytes(tasks[client_id].shared) + state_bytes(tasks[client_id].message)
             stats[client_id] = {"bytes_down": sent, "bytes_up": 0, "failed": True}

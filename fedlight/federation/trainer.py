@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
+from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientEngine, Score, TrainTask
 from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
@@ -45,6 +46,11 @@ class FederatedTrainer(TrainerOptions):
                                   self.precision, self.strategy, self.workers_per_device)
         self.run_config: str | None = None  # the resolved YAML, set by the CLI
         self.command: str | None = None  # the command line that started the run, set by the CLI
+        #: how a stopped run is resumed, where what started it knows better (a sweep: its own
+        #: command); None: the run's command with --ckpt_path last
+        self.resume_command: str | None = None
+        self.should_stop = False  # set by a callback: the run ends after the round in progress
+        self.stop_reason: str | None = None  # why a callback stopped the run
         self.history: list[dict[str, Any]] = []
         self.launched_run_dir: Path | None = None  # the run folder of a launched fit
         self.built: Run | None = None  # the run of fit / test in this process
@@ -131,6 +137,11 @@ class FederatedTrainer(TrainerOptions):
         run = self._build(model, datamodule, server, engine, self.reinitialize)
         config = run.hyperparameters(self)
         file, checkpoint = run.resume_point(ckpt_path, config, self.rounds)
+        if checkpoint and checkpoint.get("stopped_early"):
+            stopped = checkpoint["stopped_early"]
+            raise ConfigError(f"nothing to train: the run stopped early at round "
+                              f"{stopped['round']} ({stopped['reason']}); start a new run "
+                              "(without ckpt_path) to train it further")
         header = self.run_config or to_yaml(config)
         run.writer.open(file, lambda folder: write_header(folder, header, datamodule, run.notes,
                                                           self.verbose), config)
@@ -138,16 +149,21 @@ class FederatedTrainer(TrainerOptions):
             if checkpoint:
                 self.rounds_done = self.rounds_saved = run.restore(checkpoint)
                 self.history, self.totals = list(checkpoint["history"]), dict(checkpoint["totals"])
+                self._load_callbacks(checkpoint.get("callbacks", {}))
                 run.writer.announce("resuming", file, self.rounds_done)
             for probe in self.probes:
                 probe.setup(self)
+            for callback in self.callbacks:
+                callback.on_fit_start(self, model)
             self._fit_rounds(self.rounds_done)
-            summary = run.finish(self.history, self.totals)
+            summary = run.finish(self.history, {**self.totals, **self._stop_summary()})
+            for callback in self.callbacks:
+                callback.on_fit_end(self, model, summary)
         except BaseException as error:
             run.writer.close(failed=True, rounds_done=self.rounds_done)
             if isinstance(error, KeyboardInterrupt):
                 run.writer.report_stop(self.rounds_done, self.rounds_saved,
-                                       run.resume_hint(self.command))
+                                       self.resume_command or run.resume_hint(self.command))
             raise
         finally:
             model.capture_logs(False)
@@ -204,6 +220,8 @@ class FederatedTrainer(TrainerOptions):
         self.totals = {"seconds": 0.0, "bytes_up": 0, "bytes_down": 0}
         self.last_client_scores: dict[int, dict[str, Score]] = {}
         self.rounds_done = self.rounds_saved = 0
+        self.should_stop, self.stop_reason = False, None
+        self.stopped_early: dict[str, Any] | None = None
         return self.built
 
     def _fit_rounds(self, start_round: int) -> None:
@@ -215,22 +233,39 @@ class FederatedTrainer(TrainerOptions):
         with (run.writer.progress(self.rounds) as progress,
               signals if run.engine.holds_clients else contextlib.nullcontext()):
             progress.advance_to(start_round)
+            run.protocol.on_client_done = progress.client_done
             for round_idx in range(start_round, self.rounds):
+                progress.start_round()
+                for callback in self.callbacks:
+                    callback.on_round_start(self, run.client, round_idx)
                 row = self._run_round(round_idx)
                 if row is not None:
                     self.history.append(row)
                     run.writer.append(row, self.last_client_scores)
                 self.rounds_done = round_idx + 1
                 progress.update(self.rounds_done, self.history[-1] if self.history else {})
-                stop = bool(run.dist.broadcast(signals.requested))  # rank 0 decides for all
+                # rank 0 decides for all: a signal, or its callbacks asking to stop
+                signalled, asked, reason = run.dist.broadcast(
+                    (signals.requested, self.should_stop, self.stop_reason))
+                early = bool(asked) and self.rounds_done < self.rounds
+                stopped_early = {"round": self.rounds_done,
+                                 "reason": reason or "a callback asked to stop"}
+                if early:
+                    self.stopped_early = stopped_early
+                stop = bool(signalled) or early
                 names = checkpoint_names(self.rounds_done, self.rounds, self.checkpoint_every,
                                          stop, row is not None and best_on_validation(self.history))
                 if names:
                     run.checkpoint(self.rounds_done, names, run.hyperparameters(self),
-                                   history=self.history, totals=self.totals)
+                                   history=self.history, totals=self.totals,
+                                   callbacks={c.state_key: c.state_dict() for c in self.callbacks},
+                                   stopped_early=self.stopped_early)
                     if LAST in names:
                         self.rounds_saved = self.rounds_done
                     run.protocol.keep_from = self.rounds_saved
+                if early:
+                    run.writer.report_early_stop(stopped_early)
+                    return
                 if stop and self.rounds_done < self.rounds:
                     raise RunInterrupted(self.rounds_done)
 
@@ -239,12 +274,26 @@ class FederatedTrainer(TrainerOptions):
         self.round_seconds.append(stats["seconds"])
         for key in self.totals:
             self.totals[key] += stats[key]
-        if row is None:
-            return None
-        self.last_client_scores = self.run.evaluator.last_client_scores
-        for probe in self.probes:
-            row.update(probe.on_round_end(self, round_idx))
+        if row is not None:
+            self.last_client_scores = self.run.evaluator.last_client_scores
+            for probe in self.probes:
+                row.update(probe.on_round_end(self, round_idx))
+        for callback in self.callbacks:  # before the row is written: a callback may refuse it
+            callback.on_round_end(self, self.run.client, round_idx, stats if row is None else row)
         return row
+
+    def _load_callbacks(self, states: Mapping[str, Any]) -> None:
+        """Give each callback its state from a resumed checkpoint (where it has one)."""
+        for callback in self.callbacks:
+            if callback.state_key in states:
+                callback.load_state_dict(states[callback.state_key])
+
+    def _stop_summary(self) -> dict[str, Any]:
+        """The summary's record of an early stop: its round and reason ({} for a full run)."""
+        if self.stopped_early is None:
+            return {}
+        return {"stopped_early_round": self.stopped_early["round"],
+                "stop_reason": self.stopped_early["reason"]}
 
 
 __all__ = ["FederatedTrainer"]

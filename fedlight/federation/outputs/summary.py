@@ -26,7 +26,9 @@ MEAN_LAST_ROUNDS = 10
 def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any],
               last: int = MEAN_LAST_ROUNDS) -> dict[str, Any]:
     """Best, last and mean of the ``last`` last evaluated rounds (``report_last`` in the
-    summary) of every accuracy column (None where the method has no such model).
+    summary) of every accuracy column (None where the method has no such model);
+    ``report_window`` is how many evaluated rounds the means averaged (fewer than ``last``
+    in a run with fewer evaluations).
 
     A column with a validation counterpart (val_<column>, when data.val_fraction > 0) has
     its best round chosen on validation and reported on test: best_<column> is the test
@@ -34,6 +36,7 @@ def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any],
     Other columns keep the best over rounds.
     """
     summary: dict[str, Any] = {}
+    window = 0
     accuracy_keys = [k for k in (history[0] if history else {}) if k.endswith("accuracy")]
     validated = False
     for key in dict.fromkeys([*SUMMARY_METRICS, *accuracy_keys]):
@@ -47,10 +50,18 @@ def summarize(history: Sequence[Mapping[str, Any]], extra: Mapping[str, Any],
         summary[f"last_{key}"] = values[-1][0] if values else None
         tail = [value for value, _ in values[-last:]]
         summary[f"mean_last_{key}"] = sum(tail) / len(tail) if tail else None
+        window = max(window, len(tail))
     summary["best_selected_on"] = "validation" if validated else "test"
     summary["report_last"] = last
+    summary["report_window"] = window
     summary.update(extra)
     return summary
+
+
+def window_label(evaluations: int) -> str:
+    """What a ``mean_last_*`` figure averaged: ``mean of the last 2 evaluations``."""
+    return "mean of the last evaluation" if evaluations == 1 else (
+        f"mean of the last {evaluations} evaluations")
 
 
 def _finite(value: Any) -> bool:
@@ -92,4 +103,4 @@ def best_on_validation(history: Sequence[Mapping[str, Any]]) -> bool:
 
 
 __all__ = ["MEAN_LAST_ROUNDS", "SUMMARY_METRICS", "VALIDATION_KEY", "best_on_validation",
-           "plot_curves", "summarize"]
+           "plot_curves", "summarize", "window_label"]

@@ -169,6 +169,12 @@ class RunWriter:
         print(f"fedlight: stopped after round {rounds_done}; kept {self.folder.path} "
               f"(metrics.csv); {how}", file=sys.stderr, flush=True)
 
+    def report_early_stop(self, stopped: Mapping[str, Any]) -> None:
+        """One line after a callback stopped the run early: the round and why."""
+        if self.dist.is_writer and self.verbose:
+            print(f"fedlight: stopped early after round {stopped['round']}: {stopped['reason']}",
+                  flush=True)
+
     def print_metrics(self, stage: str, metrics: Mapping[str, Any]) -> None:
         if self.dist.is_writer:
             print(final_table({f"{stage}_{k}": v for k, v in metrics.items()
