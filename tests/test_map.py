@@ -11,9 +11,11 @@ from fedlight.clients import CLIENTS, MAP, ClientContext, FedPHP, FedRS
 from fedlight.clients.map import (
     hpm_momentum,
     kd_loss,
+    kd_loss_code,
     mmd_loss,
     restricted_softmax_scales,
 )
+from fedlight.core.client import upload_phase
 from fedlight.core.messages import TrainTask
 from fedlight.core.seeding import derive_seed
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches
@@ -177,11 +179,75 @@ def test_code_schedule_uploads_after_all_epochs_then_personalizes_briefly():
                                ("personalize", 1, False, 0.2, 15)]  # ceil(0.1 * 150)
     give_context(client, counts=(400.0, 10.0, 0.0, 0.0), batch_size=16)
     assert plan(client, 6) == [("rs", 6, True, 1.0, None),
-                               ("personalize", 1, False, 0.2, 16)]  # ceil(0.1 * 156)
+                               ("personalize", 1, False, 0.2, 15)]  # the code's int(0.1 * 156)
     fixed = make_client(personalize_epochs=0)
     assert plan(fixed, 3) == [("rs", 3, True, 1.0, None)]
     assert batches_per_epoch(33, 16) == 2 and batches_per_epoch(34, 16) == 3
     assert batches_per_epoch(1, 16) == 1
+
+
+def test_code_schedule_personalizes_for_the_codes_floor_of_a_tenth_of_the_steps():
+    client = make_client()
+    for samples, steps in ((16 * 55, 5), (16 * 59, 5), (16 * 69, 6), (16 * 70, 7)):
+        give_context(client, counts=(float(samples), 0.0, 0.0, 0.0), batch_size=16)
+        assert plan(client, 1)[-1][-1] == steps  # max(int(0.1 * S), 5), never rounded up
+
+
+def test_rs_epochs_zero_trains_and_uploads_the_distilled_model_as_the_original_fedphp():
+    client = make_client(FedPHP, rs_epochs=0, personalize_epochs=3, personalize_lr_scale=1.0)
+    give_context(client)
+    assert plan(client, 3) == [("personalize", 3, False, 1.0, None)]
+    assert upload_phase(client.local_phases(3)) == 0  # no phase asks: after the last one
+
+
+def test_lr_warmup_scales_every_phase_until_round_w():
+    client = make_client(lr_warmup_rounds=5)
+    give_context(client, counts=(20.0, 20.0, 0.0, 0.0), batch_size=16)
+    for round_idx, factor in ((0, 0.2), (1, 0.4), (3, 0.8), (4, 1.0), (9, 1.0)):
+        client.on_round_start(round_idx, {})
+        scales = [p.lr_scale for p in client.local_phases(2)]
+        assert scales == pytest.approx([factor, 0.2 * factor])
+    plain = make_client()
+    give_context(plain, counts=(20.0, 20.0, 0.0, 0.0), batch_size=16)
+    plain.on_round_start(0, {})
+    assert [p.lr_scale for p in plain.local_phases(2)] == [1.0, 0.2]
+
+
+def test_kd_code_form_softens_the_teacher_only_without_tau_squared():
+    student = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
+    teacher = 3 * torch.randn(6, 5, generator=torch.Generator().manual_seed(5))
+    by_hand = -(F.softmax(teacher / 4, -1) * F.log_softmax(student, -1)).sum(-1).mean()
+    assert kd_loss_code(student, teacher).item() == pytest.approx(by_hand.item(), rel=1e-6)
+    assert kd_loss_code(student, teacher).item() != pytest.approx(
+        kd_loss(student, teacher).item(), rel=1e-2)
+    client = make_client(lamda=0.5, kd_form="code")
+    give_context(client)
+    client.phase = "personalize"
+    with torch.no_grad():
+        client.hpm.head.bias.add_(2.0 * torch.arange(4.0))
+    client.hpm_updates.fill_(1)
+    client.on_round_start(1, {})
+    x, y = batch()
+    logits = client(x)
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss_code(logits, client.hpm(x))
+    assert torch.allclose(client.training_step((x, y), 0), expected)
+
+
+def test_hpm_init_initial_teaches_from_the_first_participation():
+    client = make_client(lamda=0.5, hpm_init="initial")
+    give_context(client)
+    client.phase = "personalize"
+    with torch.no_grad():  # the model moved away from the initial weights the HPM holds
+        client.model.head.bias.add_(2.0 * torch.arange(4.0))
+    client.on_round_start(0, {})
+    assert int(client.hpm_updates) == 0
+    x, y = batch()
+    logits = client(x)
+    expected = 0.5 * F.cross_entropy(logits, y) + 0.5 * kd_loss(logits, client.hpm(x))
+    assert torch.allclose(client.training_step((x, y), 0), expected)
+    assert not torch.allclose(expected, F.cross_entropy(logits, y))
+    client.on_round_end()  # the first update still copies the personalized model (mu_k = 0)
+    assert torch.equal(client.hpm.head.bias, client.model.head.bias)
 
 
 def test_upload_is_the_phase_one_model_and_the_hpm_the_personalized_one(tmp_path):
@@ -332,7 +398,11 @@ def test_fedrs_and_fedphp_are_map_with_other_defaults():
     ({"kt": "l2"}, "unknown kt 'l2'; valid: kd, mmd, none"),
     ({"tau": 0.0}, "tau .* must be positive, got 0.0"),
     ({"mu": -1.0}, "mu .* must be >= 0, got -1.0"),
-    ({"rs_epochs": 0}, "rs_epochs must be at least 1"),
+    ({"rs_epochs": -1}, "rs_epochs must be >= 0"),
+    ({"rs_epochs": 0}, "rs_epochs: 0 needs personalize_epochs >= 1"),
+    ({"kd_form": "soft"}, "unknown kd_form 'soft'; valid: paper, code"),
+    ({"hpm_init": "random"}, "unknown hpm_init 'random'; valid: none, initial"),
+    ({"lr_warmup_rounds": -1}, "lr_warmup_rounds must be >= 0, got -1"),
     ({"personalize_epochs": -1}, "personalize_epochs must be >= 0"),
     ({"personalize_lr_scale": 0.0}, "personalize_lr_scale must be positive, got 0.0"),
     ({"schedule": "fast"}, "unknown schedule 'fast'; valid: code, paper"),

@@ -36,9 +36,11 @@ from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches
 
 KT_LOSSES = ("kd", "mmd", "none")
+KD_FORMS = ("paper", "code")
+HPM_INITS = ("none", "initial")
 SCHEDULES = ("code", "paper")
 CODE_PERSONALIZE_LR_SCALE = 0.2  # the released code's learning rate of the personalization
-CODE_PERSONALIZE_MIN_STEPS = 5  # ... and its step count, max(10 % of the local steps, 5)
+CODE_PERSONALIZE_MIN_STEPS = 5  # ... and its step count, max(int(0.1 x local steps), 5)
 MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
@@ -52,6 +54,15 @@ def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) ->
     log_student = F.log_softmax(student_logits / tau, dim=-1)
     divergence = (log_teacher.exp() * (log_teacher - log_student)).sum()
     return tau * tau * divergence / student_logits.shape[0]
+
+
+def kd_loss_code(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
+    """The KD term of the authors' released code: ``mean_i CE(softmax(g_hpm,i / tau), g_i)``.
+
+    Only the teacher is softened and there is no ``tau^2``: the student's plain log-softmax
+    against the teacher's softened distribution (``kd_form="code"``)."""
+    teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)
+    return -(teacher * F.log_softmax(student_logits, dim=-1)).sum() / student_logits.shape[0]
 
 
 def mmd_loss(
@@ -113,15 +124,17 @@ class MAP(RestrictedSoftmax, FederatedClient):
        once in the client's training split. The upload is snapshotted here.
     2. ``"personalize"``: continuing from the upload, ``(1 - lamda) CE(g, y) + lamda L_kt``
        with the plain softmax. Before the client has an HPM (its first participation) the loss
-       is the plain ``CE(g, y)``. Each phase gets a fresh optimizer (the SGD momentum buffer
-       restarts), as the phases use different losses and learning rates.
+       is the plain ``CE(g, y)`` (under ``hpm_init: initial`` the initial model teaches). Each
+       phase gets a fresh optimizer (the SGD momentum buffer restarts), as the phases use
+       different losses and learning rates.
 
     How long each phase is, ``schedule``:
 
     * ``"code"`` (default; the authors' released code, which produced the paper's tables):
-      ``rs`` runs all ``E`` epochs, then ``personalize`` runs ``max(ceil(0.1 S), 5)``
-      optimizer steps, ``S`` the steps of the ``rs`` phase (whole epochs over the client's
-      data, the last one cut at that step count), at 0.2 x the learning rate. The upload thus
+      ``rs`` runs all ``E`` epochs, then ``personalize`` runs ``max(floor(0.1 S), 5)``
+      optimizer steps (the code's ``max(int(0.1 * S), 5)``), ``S`` the steps of the ``rs``
+      phase (whole epochs over the client's data, the last one cut at that step count), at
+      0.2 x the learning rate. The upload thus
       gets FedAvg's full local work. This is the default because it is the form that
       reproduces the paper's claim that MAP aggregates at least as well as FedAvg: under the
       paper's form, clients of ~40 samples upload after half of FedAvg's steps and MAP's
@@ -131,7 +144,9 @@ class MAP(RestrictedSoftmax, FederatedClient):
       rate; ``E = 1`` gives no personalization phase (the personalized model is the upload).
 
     ``rs_epochs``, ``personalize_epochs`` and ``personalize_lr_scale`` override the schedule's
-    values when set (``personalize_epochs`` then counts whole epochs; 0 skips the phase).
+    values when set (``personalize_epochs`` then counts whole epochs; 0 skips the phase;
+    ``rs_epochs: 0`` with ``personalize_epochs >= 1`` skips phase 1, and the upload is then the
+    personalized model: the original FedPHP, see :class:`FedPHP`).
 
     ``L_kt``: ``"kd"`` (Eq. 11, ``tau^2 * mean KL(softmax(g_hpm / tau) || softmax(g / tau))``,
     ``tau = 4``) or ``"mmd"`` (Eq. 12, between the encoder outputs of the model and of the HPM,
@@ -153,13 +168,21 @@ class MAP(RestrictedSoftmax, FederatedClient):
     stored state, no local training) ``personalized`` is the global model and ``hpm`` the stored
     HPM.
 
-    Paper form against the authors' code, the other differences: the code scales *every*
-    logit by ``a`` (``rs_mode: all``, a global temperature; default ``hard``, the paper's
-    Eq. 8, since the code's form is not a restricted softmax at all), caps ``mu_k`` at 0.9
-    (``mu_cap: 0.9``; default 1, the paper's, under which a client selected ``Q T / mu`` times
-    keeps its HPM frozen for good) and takes the sample-weighted mean of the uploads
-    (``trainer.weighting: samples``). Its learning-rate warm-up and teacher-only softening in
-    KD are not reproduced. ``configs/map/mnist5k_incomplete_authors_code.yaml`` sets all of it.
+    Paper form against the authors' code (``lxcnju/MAP``, ``algorithms/fedap.py``), the other
+    differences, each a switch: the code scales *every* logit by ``a`` (``rs_mode: all``, a
+    global temperature; default ``hard``, the paper's Eq. 8, since the code's form is not a
+    restricted softmax at all), caps ``mu_k`` at 0.9 (``mu_cap: 0.9``; default 1, the paper's,
+    under which a client selected ``Q T / mu`` times keeps its HPM frozen for good), takes the
+    sample-weighted mean of the uploads (``trainer.weighting: samples``), softens only the
+    teacher in KD and drops ``tau^2`` (``kd_form: code``; default ``paper``, Eq. 11), starts
+    every client's HPM as the initial global model, so that a client's first participation
+    already distills from it (``hpm_init: initial``; default ``none``: the paper applies no
+    transfer before the HPM is stored), warms the learning rate up as ``min(r / 5, 1)`` in
+    round ``r = 1, 2, ...`` (``lr_warmup_rounds: 5``; the paper is silent, default 0) and clips
+    gradients at norm 100 (``trainer.gradient_clip_val: 100``). From the same initial weights
+    and batches, MAP, FedRS and FedPHP with these switches run the authors' classes' rounds
+    (``benchmarks/map_vs_authors.py``, ``benchmarks/results/same_start.md``).
+    ``configs/map/mnist5k_incomplete_authors_code.yaml`` sets the switches of the code.
 
     Args:
         rs_alpha: ``a`` in ``[0, 1]``, the logit scale of missing classes (paper: 0.9; 1 is the
@@ -176,11 +199,17 @@ class MAP(RestrictedSoftmax, FederatedClient):
         mu_cap: the upper clip of ``mu_k``, in ``(0, 1]`` (paper: 1, default; code: 0.9).
         schedule: ``"code"`` (default) or ``"paper"``: the phase lengths, see above.
         rs_epochs: epochs of phase 1; ``None`` = the schedule's (code: ``E``, paper:
-            ``ceil(E / 2)``).
+            ``ceil(E / 2)``); 0 (with ``personalize_epochs >= 1``) skips it.
         personalize_epochs: epochs of phase 2; ``None`` = the schedule's (code:
-            ``max(ceil(0.1 S), 5)`` steps, paper: ``E - rs_epochs`` epochs); 0 skips it.
+            ``max(floor(0.1 S), 5)`` steps, paper: ``E - rs_epochs`` epochs); 0 skips it.
         personalize_lr_scale: learning-rate multiplier of phase 2; ``None`` = the schedule's
             (code: 0.2, paper: 1).
+        kd_form: ``"paper"`` (Eq. 11, default) or ``"code"`` (:func:`kd_loss_code`).
+        hpm_init: ``"none"`` (default, the paper: no transfer before the client's first HPM)
+            or ``"initial"`` (the code: the HPM starts as the initial model and teaches from
+            the client's first participation).
+        lr_warmup_rounds: ``W``; every phase's learning rate is scaled by
+            ``min((t + 1) / W, 1)`` in round ``t = 0, 1, ...`` (the code: 5); 0 (default) none.
         **kwargs: the base arguments (``backbone``, ``lr``, ...); see
             :class:`~fedlight.clients.base.FederatedClient`.
 
@@ -207,6 +236,9 @@ class MAP(RestrictedSoftmax, FederatedClient):
         rs_epochs: int | None = None,
         personalize_epochs: int | None = None,
         personalize_lr_scale: float | None = None,
+        kd_form: str = "paper",
+        hpm_init: str = "none",
+        lr_warmup_rounds: int = 0,
         **kwargs: Any,
     ) -> None:
         _check_range("lamda", lamda, 0.0, 1.0)
@@ -220,9 +252,18 @@ class MAP(RestrictedSoftmax, FederatedClient):
             raise ConfigError(f"mu_cap must be in (0, 1], got {mu_cap}")
         if schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-        if rs_epochs is not None and rs_epochs < 1:
-            raise ConfigError(f"rs_epochs must be at least 1 (or null for the schedule's), got "
+        if rs_epochs is not None and rs_epochs < 0:
+            raise ConfigError(f"rs_epochs must be >= 0 (or null for the schedule's), got "
                              f"{rs_epochs}")
+        if rs_epochs == 0 and not (personalize_epochs or 0) >= 1:
+            raise ConfigError(f"rs_epochs: 0 needs personalize_epochs >= 1 (some local "
+                             f"training), got {personalize_epochs}")
+        if kd_form not in KD_FORMS:
+            raise ConfigError(f"unknown kd_form {kd_form!r}; valid: {', '.join(KD_FORMS)}")
+        if hpm_init not in HPM_INITS:
+            raise ConfigError(f"unknown hpm_init {hpm_init!r}; valid: {', '.join(HPM_INITS)}")
+        if lr_warmup_rounds < 0:
+            raise ConfigError(f"lr_warmup_rounds must be >= 0, got {lr_warmup_rounds}")
         if personalize_epochs is not None and personalize_epochs < 0:
             raise ConfigError(f"personalize_epochs must be >= 0 (or null for the schedule's), "
                              f"got {personalize_epochs}")
@@ -241,6 +282,10 @@ class MAP(RestrictedSoftmax, FederatedClient):
         if personalize_lr_scale is None:
             personalize_lr_scale = CODE_PERSONALIZE_LR_SCALE if schedule == "code" else 1.0
         self.personalize_lr_scale = float(personalize_lr_scale)
+        self.kd_form = kd_form
+        self.hpm_init = hpm_init
+        self.lr_warmup_rounds = int(lr_warmup_rounds)
+        self._round = 0
         self.hpm: nn.Module | None = None
         if kt != "none":
             self.hpm = copy.deepcopy(self.model).requires_grad_(False).eval()
@@ -267,24 +312,34 @@ class MAP(RestrictedSoftmax, FederatedClient):
 
     # ----------------------------------------------------------------- schedule
     def local_phases(self, local_epochs: int) -> list[Phase]:
-        """``rs`` (upload after it) then ``personalize`` (skipped when it has 0 epochs), with
-        the lengths of ``schedule`` unless ``rs_epochs`` / ``personalize_epochs`` are set."""
+        """``rs`` (upload after it; skipped with ``rs_epochs: 0``) then ``personalize``
+        (skipped when it has 0 epochs), with the lengths of ``schedule`` unless ``rs_epochs``
+        / ``personalize_epochs`` are set; every learning rate times the warm-up factor."""
         code = self.schedule == "code"
+        warmup = self.warmup_factor()
         rs = self.rs_epochs
         if rs is None:
             rs = local_epochs if code else math.ceil(local_epochs / 2)
-        phases = [Phase("rs", rs, upload_after=True)]
+        phases = [Phase("rs", rs, upload_after=True, lr_scale=warmup)] if rs > 0 else []
         epochs, max_steps = self.personalize_epochs, None
         if epochs is None and code:
             per_epoch = self._steps_per_epoch()
-            max_steps = max(-(-rs * per_epoch // 10), CODE_PERSONALIZE_MIN_STEPS)  # 10 %
+            max_steps = max(rs * per_epoch // 10, CODE_PERSONALIZE_MIN_STEPS)  # int(0.1 S)
             epochs = math.ceil(max_steps / per_epoch)
         elif epochs is None:
             epochs = max(local_epochs - rs, 0)
         if epochs > 0:
-            phases.append(Phase("personalize", epochs, lr_scale=self.personalize_lr_scale,
+            phases.append(Phase("personalize", epochs,
+                                lr_scale=self.personalize_lr_scale * warmup,
                                 max_steps=max_steps))
         return phases
+
+    def warmup_factor(self) -> float:
+        """``min((t + 1) / W, 1)`` in round ``t`` (0-based) with ``W = lr_warmup_rounds``;
+        1 without warm-up. The code's ``min(r / 5, 1)`` with its 1-based ``r``."""
+        if self.lr_warmup_rounds == 0:
+            return 1.0
+        return min((self._round + 1) / self.lr_warmup_rounds, 1.0)
 
     def _steps_per_epoch(self) -> int:
         """Optimizer steps of one epoch over this client's data (1 without a context)."""
@@ -294,9 +349,12 @@ class MAP(RestrictedSoftmax, FederatedClient):
                                  self.context.drop_last)
 
     def on_round_start(self, round: int, message: dict[str, Any]) -> None:
-        """Note whether this client has an HPM yet (one host read per round, not per step)
-        and build its restricted-softmax scales."""
-        self._has_teacher = self.hpm is not None and int(self.hpm_updates) > 0
+        """Note the round (learning-rate warm-up) and whether this client has a teacher yet
+        (an HPM, or the initial model under ``hpm_init: initial``; one host read per round,
+        not per step), and build its restricted-softmax scales."""
+        self._round = round
+        self._has_teacher = self.hpm is not None and (
+            self.hpm_init == "initial" or int(self.hpm_updates) > 0)
         self.refresh_rs_scales()
 
     def batch_key(self) -> tuple[Any, ...]:
@@ -322,7 +380,8 @@ class MAP(RestrictedSoftmax, FederatedClient):
             teacher_features = self.hpm.encoder(x)
             teacher_logits = self.hpm.head(teacher_features)
         if self.kt == "kd":
-            transfer = kd_loss(logits, teacher_logits, self.tau)
+            kd = kd_loss if self.kd_form == "paper" else kd_loss_code
+            transfer = kd(logits, teacher_logits, self.tau)
         else:
             transfer = mmd_loss(features, teacher_features)
         loss = (1.0 - self.lamda) * F.cross_entropy(logits, y) + self.lamda * transfer
@@ -415,7 +474,9 @@ class FedPHP(MAP):
 
     Phase 1 is plain CE (the upload), phase 2 ``(1 - lamda) CE + lamda L_kt`` against the HPM.
     Unlike the original FedPHP, which uploads the model after the distillation, the upload is
-    the phase-1 model. Every argument is :class:`MAP`'s.
+    the phase-1 model. The original (the authors' ``algorithms/fedphp.py``: every local step
+    distills, the distilled model is the upload) is ``rs_epochs: 0, personalize_epochs: E,
+    personalize_lr_scale: 1``. Every argument is :class:`MAP`'s.
     """
 
     def __init__(self, rs_alpha: float = 1.0, **kwargs: Any) -> None:
