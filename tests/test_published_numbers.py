@@ -379,12 +379,6 @@ CLAIMS: dict[str, list[Claim | ColumnClaim]] = {
         # 10 participants a round, 20 test images each (100 images, 80 / 20)
         Claim("one round's value moves in steps of {:.1f} point", lambda: (100 / (10 * 20),)),
     ],
-    "benchmarks/results/cifar100_privatize.md": [
-        Claim("30 runs, {:.1f} CPU-minutes in all",
-              lambda: (sum(r["CPU s / run"] for r in runs("cifar100_privatize")) / 60,)),
-        # 10 participants a round, 20 test images each (100 images, 80 / 20)
-        Claim("one round's value moves in steps of {:.1f} point", lambda: (100 / (10 * 20),)),
-    ],
     "benchmarks/results/gpu.md": [
         Claim("took 2.085 s and 2.537 s on two of the machines: {:.0f}-{:.0f}x the floor of "
               "the table above ({:.3f} s", _gpu_floor_ratios),
