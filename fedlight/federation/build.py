@@ -6,6 +6,8 @@ run's state as a checkpoint holds it."""
 from __future__ import annotations
 
 import copy
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,19 @@ from fedlight.core.messages import ClientEngine, EngineHost
 from fedlight.core.rules import ServerContext, ServerRule
 from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.engines.batched import BatchedEngine, batching_refusal
+from fedlight.federation.engines.batched import (
+    batching_refusal,
+    scoring_refusal,
+    step_capture,
+)
+from fedlight.federation.engines.choice import (
+    BATCHED,
+    CHOICE_FILE,
+    GRAPHS,
+    LOOP,
+    ChosenEngine,
+    make_engine,
+)
 from fedlight.federation.engines.local import LocalEngine
 from fedlight.federation.evaluation import Evaluator
 from fedlight.federation.memory_format import on_device
@@ -55,7 +69,7 @@ class Run:
     population: Population
     runtime: ClientRuntime
     evaluator: Evaluator
-    engine: ClientEngine
+    served: ClientEngine  # the engine as built (a ChosenEngine holds the one in use)
     grad_scale: RoundGradScale
     protocol: RoundProtocol
     writer: RunWriter
@@ -66,6 +80,22 @@ class Run:
     def method(self) -> str:
         return type(self.client).__name__
 
+    @property
+    def engine(self) -> ClientEngine:
+        """The engine that carries the clients' work out now (of a chosen one: the engine of
+        the way chosen, see engines/choice.py)."""
+        engine = self.served
+        return engine.current if isinstance(engine, ChosenEngine) else engine
+
+    @property
+    def engine_choice(self) -> dict[str, Any] | None:
+        """The record of the way the clients train, where the engine chose it (None before
+        the choice, and for engines that do not choose)."""
+        engine = self.served
+        if isinstance(engine, ChosenEngine) and engine.choice is not None:
+            return engine.choice.record()
+        return None
+
     def hyperparameters(self, options: TrainerOptions) -> dict[str, Any]:
         """What the run logs, checkpoints and (from Python) writes as config.yaml; a resume
         must match it (outputs/checkpoints.py)."""
@@ -75,7 +105,8 @@ class Run:
         trainer = {**{k: getattr(options, k) for k in fields}, **options.local_options,
                    "memory_format": "channels_last" if self.channels_last else "contiguous",
                    "batched_clients": (options.batched_clients
-                                       if isinstance(self.engine, BatchedEngine) else 1),
+                                       if isinstance(self.served, ChosenEngine)
+                                       else 1),
                    **added_options(options)}
         return describe_run(self.client, self.datamodule, self.rule, trainer, self.engine.name)
 
@@ -85,6 +116,9 @@ class Run:
         name (a collective: every rank takes part; a failed write, such as a full disk, is
         raised on every rank)."""
         population = self.population.checkpoint()
+        choice = self.engine_choice
+        if choice is not None:
+            extra = {**extra, "engine_choice": choice}
 
         def write() -> None:
             state = run_checkpoint(rounds_done, self.method, self.rule, population,
@@ -96,8 +130,11 @@ class Run:
 
     def restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         """Load the rule's, the clients' (and, unless ``states_only``, the loss scale's, the
-        metrics file's and the per-client file's) state from ``checkpoint``; returns its
-        rounds done."""
+        metrics file's and the per-client file's) state from ``checkpoint``, and the way its
+        clients trained where the engine chose it; returns its rounds done."""
+        engine = self.served
+        if isinstance(engine, ChosenEngine) and checkpoint.get("engine_choice"):
+            engine.keep(checkpoint["engine_choice"])
         self.rule.load_state_dict(checkpoint["server"])
         self.rule.to(self.dist.device)
         self.population.restore(checkpoint)
@@ -193,7 +230,9 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
     notes = [note for note in (devices_note(options.devices, fabric.world_size, device),
                                precision_hint(options.precision, device)) if note]
     if engine is None:
-        engine, batching_note = simulator_engine(options, runtime)
+        engine, batching_note = simulator_engine(options, runtime,
+                                                 say if dist.is_writer and options.verbose
+                                                 else quiet)
         notes += [batching_note] if batching_note else []
     grad_scale = RoundGradScale(runtime.grad_scale.initial)
     protocol = RoundProtocol(rule, engine, evaluator, dist, model, datamodule.num_clients,
@@ -209,15 +248,34 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
         options.wandb_project, options.progress_bar, options.verbose, options.report_last,
         options.per_client_scores,
         datamodule.client_names() if options.per_client_scores else None)
+    if isinstance(engine, ChosenEngine):
+        engine.record = lambda record: writer.opened.write_json(CHOICE_FILE, record)
     return Run(model, datamodule, rule, dist, population, runtime, evaluator, engine,
                grad_scale, protocol, writer, memory_format == torch.channels_last, notes)
 
 
-def simulator_engine(options: TrainerOptions,
-                     runtime: ClientRuntime) -> tuple[ClientEngine, str | None]:
-    """The simulator's engine: batched where asked (or, with ``auto``, on a GPU) and the
-    method qualifies, else the loop; with the one line for the run's header saying which and
-    why (None when the loop was asked for)."""
+def say(line: str) -> None:
+    """Print one line of the run's own (flushed: a progress bar may follow)."""
+    print(line, flush=True)
+
+
+def warn(line: str) -> None:
+    """Print one line on stderr, whatever the run's verbosity and rank."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def quiet(line: str) -> None:
+    """Print nothing (a run that is not verbose, a rank that does not write)."""
+
+
+def simulator_engine(options: TrainerOptions, runtime: ClientRuntime,
+                     say: Callable[[str], None] = say) -> tuple[ClientEngine, str | None]:
+    """The simulator's engine: the loop where asked (``batched_clients: 1``), on a CPU with
+    ``auto`` and where the method does not qualify for batched clients; otherwise a
+    :class:`~fedlight.federation.engines.choice.ChosenEngine` of ``batched_clients: K``'s
+    batched way, or of the fastest way measured at the first round (``measure``, ``auto`` on
+    a GPU; ``say`` prints the measurement's line). With the one line for the run's header
+    saying which and why (None when the loop was asked for)."""
     requested = options.batched_clients
     if requested == 1:
         return LocalEngine(runtime), None
@@ -232,13 +290,23 @@ def simulator_engine(options: TrainerOptions,
     if refusal is not None:
         return LocalEngine(runtime), (f"fedlight: batched_clients: {requested} not used, "
                                       f"clients train one after another ({refusal})")
-    group_size = None if requested == "auto" else int(requested)
-    engine = BatchedEngine(runtime, group_size, options.cuda_graphs)
+    group_size = None if isinstance(requested, str) else int(requested)
+    graphs = options.cuda_graphs and step_capture(runtime.fabric, True) is not None
+    batched = GRAPHS if graphs else BATCHED
+    measured = isinstance(requested, str)
+    ways = (LOOP, BATCHED, GRAPHS) if measured and graphs else (
+        (LOOP, BATCHED) if measured else (batched,))
+    engine = ChosenEngine(runtime, ways, say, warn,
+                          lambda way: make_engine(way, runtime, group_size))
     size = (f"up to {group_size} at once" if group_size is not None
             else "as many at once as the device's free memory holds")
-    steps = "full steps replayed from CUDA graphs" if engine.capture else "steps run eagerly"
-    scored = ("scored together" if engine.scoring_refusal is None
-              else f"scored one after another: {engine.scoring_refusal}")
+    steps = "full steps replayed from CUDA graphs" if graphs else "steps run eagerly"
+    scored = "scored together" if scoring_refusal(runtime.client) is None else (
+        f"scored one after another: {scoring_refusal(runtime.client)}")
+    if measured:
+        return engine, (f"fedlight: batched_clients: {requested}: the first steps of round 1 "
+                        f"are timed {' / '.join(ways)} and the fastest trains the run "
+                        f"(batched: {size}, {scored})")
     return engine, f"fedlight: clients train batched, {size} ({steps}), {scored}"
 
 
