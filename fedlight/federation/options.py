@@ -130,10 +130,19 @@ class TrainerOptions:
             FedAvg, FedPer, FedRep, FedBN, GPFL, MAP / FedRS / FedPHP, FedPick, Privatize,
             AutoSA / AutoCS / AutoHS, FedRoD, Ditto, FedProto and every method that keeps the
             base step; the others train one client after another with a one-line note.
-            Results agree with the loop's to float tolerance. ``auto`` (default): on a GPU
-            batched, as many clients at once as its free memory holds (all of a round's
-            where they fit); on a CPU one after another (batched is slower there: 1.6x the
-            loop with K = 4, benchmarks/batched.py). 1: one client after another.
+            Results agree with the loop's to float tolerance. ``measure``: at the first
+            round, the first steps of the run's own clients are timed each way (the loop,
+            batched, and batched with CUDA graphs where cuda_graphs allows them), with no
+            effect on the results, and the fastest trains the run; one line gives each
+            way's seconds per client step and the choice, which the run folder records
+            (engine_choice.json and the checkpoints: a resumed run keeps it). ``auto``
+            (default): on a GPU ``measure``, with as many clients at once as its free memory
+            holds (all of a round's where they fit); on a CPU one after another without
+            measuring (batched is slower there: 1.6x the loop with K = 4,
+            benchmarks/batched.py). 1: one client after another. Where batched clients
+            fail in the first round they train (an error other than a fedlight user
+            error), that round is trained again with the loop from the same state and the
+            run goes on with the loop, with one line naming the cause.
         cuda_graphs: with batched clients on a GPU at 32-true precision, capture the batched
             step once in a CUDA graph and replay it (steps whose clients all train a full
             batch); False runs every step eagerly.
@@ -173,6 +182,7 @@ class TrainerOptions:
         progress_bar: bool = True,
         verbose: bool = True,
         probes: list[Probe] | None = None,
+        callbacks: list[RoundCallback] | None = None,
         accelerator: str = "auto",
         devices: int | str = "auto",
         num_nodes: int = 1,
@@ -182,9 +192,8 @@ class TrainerOptions:
         client_state_dir: str | None = None,
         threads: int | str | None = "auto",
         workers_per_device: int = 1,
-        callbacks: list[RoundCallback] | None = None,
         memory_format: Literal["auto", "channels_last", "contiguous"] = "auto",
-        batched_clients: int | Literal["auto"] = "auto",
+        batched_clients: int | Literal["auto", "measure"] = "auto",
         cuda_graphs: bool = True,
     ) -> None:
         check_counts(rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
@@ -212,6 +221,7 @@ class TrainerOptions:
         self.checkpoint_every = checkpoint_every
         self.progress_bar, self.verbose = progress_bar, verbose
         self.probes = list(probes or [])
+        self.callbacks = check_callbacks(callbacks)
         self.accelerator, self.devices, self.num_nodes = accelerator, devices, num_nodes
         self.precision, self.strategy = str(precision), strategy
         self.client_state_storage, self.client_state_dir = client_state_storage, client_state_dir
@@ -221,7 +231,6 @@ class TrainerOptions:
         self.batched_clients, self.cuda_graphs = batched_clients, bool(cuda_graphs)
 
     @classmethod
-        self.callbacks = check_callbacks(callbacks)
     def from_saved(cls, trainer: dict[str, Any]) -> TrainerOptions:
         """The options of a saved run's trainer section (a checkpoint's ``config["trainer"]``);
         what it does not record keeps its default."""
@@ -237,13 +246,16 @@ def check_counts(**counts: int) -> None:
 
 
 def check_batched_clients(batched_clients: int | str) -> None:
-    """Refuse a ``batched_clients`` that is neither ``auto`` nor a positive integer."""
-    if batched_clients == "auto":
+    """Refuse a ``batched_clients`` that is neither ``auto``, ``measure`` nor a positive
+    integer."""
+    if batched_clients in ("auto", "measure"):
         return
     if isinstance(batched_clients, bool) or not isinstance(batched_clients, int) or (
             batched_clients < 1):
         raise ConfigError(f"trainer.batched_clients must be 'auto' or a positive integer, got "
-                          f"{batched_clients!r} (1 trains clients one after another)")
+                          f"{batched_clients!r} (1 trains clients one after another); "
+                          "'measure' times both ways on the run's first steps and keeps the "
+                          "faster")
 
 
 def check_sharing(join_ratio: float, drop_rate: float, weighting: str) -> None:
