@@ -3,6 +3,7 @@ folder and the papers' numbers in ``benchmarks/results/paper_values.csv``.
 
     python benchmarks/tables.py map_distillation     # writes benchmarks/results/map_distillation.md
     python benchmarks/tables.py --check              # exit 1, naming each file that differs
+    python benchmarks/tables.py NAME --from-sweep sweeps/NAME   # copy a sweep's tables first
 
 A results file ``NAME.md`` is its template ``benchmarks/templates/NAME.md`` with every
 ``{{field}}`` filled in by ``NAME``'s generator below: the tables and every number, ordering
@@ -143,17 +144,47 @@ def results_path(name: str) -> Path:
     return RESULTS / f"{name}.md"
 
 
+#: What a sweep writes that a results folder publishes (``--from-sweep``), where present.
+SWEEP_FILES = ("report.md", "runs.csv", "results.csv", "curves.csv", "curves.png",
+               "partition*.png", "per_client_table.csv", "per_client_table.md", "selection.md")
+
+
+def copy_sweep(sweep: Path, name: str) -> list[Path]:
+    """Copy the tables and figures of the sweep folder ``sweep`` (``fedlight sweep``'s
+    ``--out``, after ``python -m fedlight.analysis.per_client`` where a table needs it) into
+    ``benchmarks/results/<name>/``; the copied paths."""
+    target = RESULTS / name
+    target.mkdir(exist_ok=True)
+    copied = []
+    for pattern in SWEEP_FILES:
+        for path in sorted(sweep.glob(pattern)):
+            (target / path.name).write_bytes(path.read_bytes())
+            copied.append(target / path.name)
+    return copied
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"results files to write: {', '.join(GENERATORS)}"
                         " (all when none)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each file that differs from its output")
+    parser.add_argument("--from-sweep", type=Path, metavar="FOLDER",
+                        help="first copy this sweep folder's tables and figures into the results "
+                             "folder of the one NAME given")
     options = parser.parse_args(argv)
     unknown = [n for n in options.names if n not in GENERATORS]
     if unknown:
         parser.exit(2, f"error: no generator for {', '.join(unknown)}; valid: "
                        f"{', '.join(GENERATORS)}\n")
+    if options.from_sweep is not None:
+        if len(options.names) != 1 or options.check:
+            parser.exit(2, "error: --from-sweep takes one results NAME and no --check\n")
+        if not (options.from_sweep / "runs.csv").is_file():
+            parser.exit(2, f"error: {options.from_sweep}: no runs.csv (give the folder "
+                           "fedlight sweep wrote)\n")
+        for path in copy_sweep(options.from_sweep, options.names[0]):
+            print(f"copied {path.relative_to(ROOT)}")
     stale = []
     for name in options.names or list(GENERATORS):
         text = render(name)
@@ -514,10 +545,295 @@ def cifar100_privatize() -> Fields:
     return fields
 
 
+# ------------------------------------------------------------------------ vs_pfllib_three_seeds
+VS_PFLLIB = RESULTS / "vs_pfllib_three_seeds"
+# setting -> (the raw files' stem, the changed PFLlib runs: change -> the logs' glob)
+VS_PFLLIB_SETTINGS = {
+    "CIFAR-100": ("cifar100_dirichlet", {
+        "training loader keeps the last batch": "pfllib_*_no_drop_last_cifar100_seed?.txt",
+        "conditional inputs from the table received this round":
+            "pfllib_gpfl_received_table_cifar100_seed?.txt"}),
+    "CIFAR-10": ("cifar10_pathological", {
+        "training loader keeps the last batch": "pfllib_*_no_drop_last_cifar10_seed?.txt",
+        "conditional inputs from the table received this round":
+            "pfllib_gpfl_received_table_cifar10_seed?.txt"}),
+}
+LAST = 10  # the shared evaluations averaged in the "last ten" columns
+
+
+def vs_pfllib_script() -> object:
+    """benchmarks/vs_pfllib_seeds.py as a module (it imports vs_pfllib beside it)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vs_pfllib_seeds
+
+    return vs_pfllib_seeds
+
+
+def vs_pfllib_raw(setting: str) -> list[Path]:
+    stem = VS_PFLLIB_SETTINGS[setting][0]
+    return [VS_PFLLIB / f"{stem}_seed{seed}.csv" for seed in range(3)]
+
+
+def vs_pfllib_changes(setting: str) -> list[list[str]]:
+    """``--changed`` entries: the change's name and its logs, as the command gives them."""
+    return [[change, *sorted(str(p) for p in VS_PFLLIB.glob(pattern))]
+            for change, pattern in VS_PFLLIB_SETTINGS[setting][1].items()]
+
+
+def vs_pfllib_numbers(setting: str) -> dict[str, dict[str, list]]:
+    """Per method: "best" [(fedlight, PFLlib)] over each library's own rounds, "shared best"
+    and "tail" [(fedlight, PFLlib)] over the shared rounds, per run; "cpu" the median CPU
+    seconds (fedlight, PFLlib) over the runs; per change, [(fedlight, PFLlib, changed)]."""
+    script = vs_pfllib_script()
+    files = vs_pfllib_raw(setting)
+    raws = [script.read_raw(path) for path in files]
+    curves = [script.read_curves(path) for path in files]
+    found: dict[str, dict[str, list]] = {}
+    for raw, curve in zip(raws, curves, strict=True):
+        accuracy = script.medians(raw, "best_accuracy", scale=100)
+        cpu = script.medians(raw, "cpu_s")
+        for (method, variant), ours in accuracy[0].items():
+            entry = found.setdefault(method, {"best": [], "shared best": [], "tail": [],
+                                              "cpu": []})
+            entry["best"].append((ours, accuracy[1][method]))
+            entry["cpu"].append((cpu[0][method, variant], cpu[1][method]))
+            mine, theirs = curve[("fedlight", method, variant)], curve[("PFLlib", method, "")]
+            shared = sorted(mine.keys() & theirs.keys())
+            entry["shared best"].append((max(mine[r] for r in shared),
+                                         max(theirs[r] for r in shared)))
+            entry["tail"].append(script.tail_means((mine, theirs), LAST))
+    datasets = [script.pfllib_dataset(raw, path) for raw, path in zip(raws, files, strict=True)]
+    for change, *logs in vs_pfllib_changes(setting):
+        for log in logs:
+            index, method, changed = script.read_changed_log(Path(log), datasets)
+            variant = next(v for lib, m, v in curves[index] if lib == "fedlight" and m == method)
+            found[method].setdefault(change, [None] * len(files))[index] = script.tail_means(
+                (curves[index][("fedlight", method, variant)],
+                 curves[index][("PFLlib", method, "")], changed), LAST)
+    return found
+
+
+def differences(pairs: Sequence[tuple[float, ...]]) -> list[float]:
+    return [pair[0] - pair[1] for pair in pairs]
+
+
+def same_start(draw: int) -> dict[str, list[float]]:
+    """The accuracy (%) of PFLlib and fedlight after rounds 1..30 from initial draw ``draw``
+    on the seed-0 CIFAR-100 split (benchmarks/gpfl_rounds_vs_pfllib.py's output)."""
+    suffix = "" if draw == 0 else "_fedlight_only"
+    return same_start_rows(VS_PFLLIB / f"gpfl_same_start_cifar100_split0_init{draw}{suffix}.txt")
+
+
+def same_start_rows(path: Path) -> dict[str, list[float]]:
+    rows = [line.split() for line in path.read_text().splitlines() if re.match(r"\s+\d+\s", line)]
+    return {"PFLlib": [float(r[1]) for r in rows], "fedlight": [float(r[2]) for r in rows]}
+
+
+def last_ten_states(curve: list[float]) -> float:
+    """The mean of the states after 20..29 trained rounds (the shared rounds' last ten)."""
+    return statistics.fmean(curve[19:29])
+
+
+def largest_differences(path: Path) -> dict[str, str]:
+    """The "largest |fedlight - PFLlib|" per module of a gpfl_*_vs_pfllib.py output, as printed
+    (to two significant digits)."""
+    line = next(x for x in path.read_text().splitlines() if "largest |fedlight - PFLlib|:" in x)
+    return {name: f"{float(value):.1e}" for name, value in
+            re.findall(r"(\w+) (\d\.\d+e-\d+)", line.split(":", 1)[1])}
+
+
+def local_round(path: Path) -> dict[str, dict[str, tuple[float, float]]]:
+    """gpfl_local_round_vs_pfllib.py's output: per form ("authors", "paper"), per module,
+    (largest change in the round, largest |fedlight - PFLlib| after it)."""
+    found: dict[str, dict[str, tuple[float, float]]] = {}
+    form = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("fedlight with"):
+            form = "authors" if "not divided" in line else "paper"
+        match = re.match(r"\s+(\w+)\s+largest change in the round (\S+), .* after it (\S+)", line)
+        if match:
+            found.setdefault(form, {})[match.group(1)] = (float(match.group(2)),
+                                                          float(match.group(3)))
+    return found
+
+
+def vs_pfllib_three_seeds() -> Fields:
+    script = vs_pfllib_script()
+    fields: Fields = {}
+    numbers = {s: vs_pfllib_numbers(s) for s in VS_PFLLIB_SETTINGS}
+    for setting, key in (("CIFAR-100", "c100"), ("CIFAR-10", "c10")):
+        files = vs_pfllib_raw(setting)
+        fields[f"table_{key}_best"] = "\n".join(script.summary(files))
+        fields[f"table_{key}_shared"] = "\n".join(script.same_states(files, LAST))
+        fields[f"table_{key}_changed"] = "\n".join(script.changed_table(
+            files, vs_pfllib_changes(setting), LAST))
+
+    def mean_gap(setting: str, method: str, kind: str) -> float:
+        return statistics.fmean(differences(numbers[setting][method][kind]))
+
+    # differences over one point, best or last ten shared states
+    over = []
+    for setting in VS_PFLLIB_SETTINGS:
+        for method in numbers[setting]:
+            gaps = {k: mean_gap(setting, method, k) for k in ("best", "tail")}
+            if any(abs(g) > 1 for g in gaps.values()):
+                sign = "lower" if min(gaps.values()) < 0 else "higher"
+                over.append(f"{method} on {setting} (fedlight {sign}: best "
+                            f"{signed(gaps['best'])}, last ten shared states "
+                            f"{signed(gaps['tail'])})")
+    fields["over_one_point"] = "; ".join(over)
+    avg = {s: numbers[s]["FedAvg"] for s in VS_PFLLIB_SETTINGS}
+    fields["fedavg_best"] = " and ".join(
+        f"{signed(mean_gap(s, 'FedAvg', 'best'))} ({s})" for s in VS_PFLLIB_SETTINGS)
+    fields["fedavg_tail"] = " and ".join(
+        signed(mean_gap(s, "FedAvg", "tail")) for s in VS_PFLLIB_SETTINGS)
+    singles = [g for s in avg for g in differences(avg[s]["best"])]
+    fields["fedavg_largest"] = max((f"{abs(mean_gap(s, 'FedAvg', k)):.2f}" for s in avg
+                                    for k in ("best", "tail")), key=float)
+    fields["fedavg_singles"] = f"from {signed(min(singles))} to {signed(max(singles))}"
+    fields["fedavg_sign"] = ("change sign from split to split" if min(singles) < 0 < max(singles)
+                             else "keep one sign")
+    # FedPer and FedRep: the gap, and what keeping PFLlib's last batch leaves of it
+    pairs = [(s, m) for s in VS_PFLLIB_SETTINGS for m in ("FedPer", "FedRep")]
+    best = [mean_gap(s, m, "best") for s, m in pairs]
+    tail = [mean_gap(s, m, "tail") for s, m in pairs]
+    fields["perrep_best"] = f"{signed(max(best))} to {signed(min(best))}"
+    fields["perrep_tail"] = f"{signed(max(tail))} to {signed(min(tail))}"
+    lower = sum(g < 0 for s, m in pairs for k in ("best", "tail")
+                for g in differences(numbers[s][m][k]))
+    fields["perrep_splits"] = ("in every split" if lower == 2 * len(pairs) * 3
+                               else f"in {lower} of {2 * len(pairs) * 3} split comparisons")
+    keep = "training loader keeps the last batch"
+    closed = []
+    for s, m in pairs:
+        before = statistics.fmean(differences(numbers[s][m]["tail"]))
+        after = statistics.fmean(t[0] - t[2] for t in numbers[s][m][keep])
+        closed.append((s, m, before, after, 100 * (1 - after / before)))
+    fields["perrep_closed"] = "; ".join(
+        f"{m} {signed(b)} -> {signed(a)} on {s} ({share:.0f} % of the gap)"
+        for s, m, b, a, share in closed)
+    fields["perrep_share"] = f"{min(c[4] for c in closed):.0f}-{max(c[4] for c in closed):.0f}"
+    left = max(abs(c[3]) for c in closed)
+    fields["perrep_left"] = f"{'under' if left < 1 else 'over'} one point (at most {left:.2f})"
+    # GPFL on CIFAR-10: the inputs' timing
+    received = "conditional inputs from the table received this round"
+    gpfl10 = numbers["CIFAR-10"]["GPFL"]
+    before = statistics.fmean(differences(gpfl10["tail"]))
+    after = statistics.fmean(t[0] - t[2] for t in gpfl10[received])
+    fields["gpfl10_best"] = signed(mean_gap("CIFAR-10", "GPFL", "best"))
+    fields["gpfl10_tail"] = signed(before)
+    fields["gpfl10_splits"] = in_splits(differences(gpfl10["tail"]), higher=True)
+    fields["gpfl10_after"] = signed(after)
+    fields["gpfl10_share"] = f"{100 * (1 - after / before):.0f}"
+    # GPFL on CIFAR-100
+    gpfl100 = numbers["CIFAR-100"]["GPFL"]
+    fields["gpfl100_best"] = signed(mean_gap("CIFAR-100", "GPFL", "best"))
+    fields["gpfl100_tail"] = signed(mean_gap("CIFAR-100", "GPFL", "tail"))
+    fields["gpfl100_splits"] = in_splits(differences(gpfl100["tail"]), higher=False)
+    fields["gpfl100_keep"] = signed(statistics.fmean(t[0] - t[2] for t in gpfl100[keep]))
+    fields["gpfl100_received"] = signed(statistics.fmean(t[0] - t[2] for t in gpfl100[received]))
+    draws = range(5)
+    tails = [last_ten_states(same_start(d)["fedlight"]) for d in draws]
+    fields["same_start_pfllib"] = f"{last_ten_states(same_start(0)['PFLlib']):.2f}"
+    fields["same_start_fedlight"] = f"{tails[0]:.2f}"
+    fields["draws"] = joined([f"{t:.2f}" for t in tails])
+    fields["draws_mean"] = f"{statistics.fmean(tails):.2f}"
+    fields["draws_std"] = f"{statistics.stdev(tails):.2f}"
+    fields["draws_span"] = f"{max(tails) - min(tails):.1f}"
+    fields["draw0_place"] = ("the best" if tails[0] == max(tails) else
+                             f"{ordinal(sorted(tails, reverse=True).index(tails[0]) + 1)}")
+    own = [own_last_ten(seed) for seed in range(3)]
+    median = statistics.median(tails)
+    fields["own_runs"] = joined([f"{t:.2f}" for t in own])
+    fields["own_vs_median"] = (f"all under the median of the five draws ({median:.2f})"
+                               if max(own) < median else
+                               f"not all under the median of the five draws ({median:.2f})")
+    # evaluation timing
+    moves = {(s, m): statistics.fmean(a for a, _ in numbers[s][m]["best"])
+             - statistics.fmean(a for a, _ in numbers[s][m]["shared best"])
+             for s in VS_PFLLIB_SETTINGS for m in numbers[s]}
+    (big_setting, big_method), _ = max(moves.items(), key=lambda item: abs(item[1]))
+    fields["timing_case"] = f"{big_method} on {big_setting}"
+    entry = numbers[big_setting][big_method]
+    fields["timing_own"] = f"{statistics.fmean(a for a, _ in entry['best']):.2f}"
+    fields["timing_shared"] = f"{statistics.fmean(a for a, _ in entry['shared best']):.2f}"
+    grown = [(s, m) for s in VS_PFLLIB_SETTINGS for m in numbers[s]
+             if m != "FedAvg" and abs(mean_gap(s, m, "tail")) > abs(mean_gap(s, m, "best"))]
+    held = all(mean_gap(s, m, "tail") * mean_gap(s, m, "best") > 0
+               for s in VS_PFLLIB_SETTINGS for m in numbers[s] if m != "FedAvg")
+    fields["timing_hold"] = (
+        f"{'they keep their sign' if held else 'not all keep their sign'} on the shared "
+        f"states and grow there in {len(grown)} of "
+        f"{sum(m != 'FedAvg' for s in VS_PFLLIB_SETTINGS for m in numbers[s])} cases")
+    cheaper = all(a < b for s in VS_PFLLIB_SETTINGS for m in numbers[s]
+                  for a, b in [(statistics.median(x for x, _ in numbers[s][m]["cpu"]),
+                                statistics.median(y for _, y in numbers[s][m]["cpu"]))])
+    fields["cpu_word"] = ("less than PFLlib for every method in both settings" if cheaper
+                          else "not less than PFLlib for every method")
+    # one client's local round and whole rounds from the same start
+    round_one = local_round(VS_PFLLIB / "gpfl_local_round.txt")
+    authors, paper_form = round_one["authors"], round_one["paper"]
+    fields["local_authors"] = joined([f"{d:.1e} ({name_of(m)})" for m, (_, d) in
+                                      authors.items()])
+    changes = [c for c, _ in authors.values()]
+    fields["local_changes"] = f"{min(changes):.1e} to {max(changes):.1e}"
+    paper_diffs = [d for _, d in paper_form.values()]
+    fields["local_paper"] = f"{min(paper_diffs):.1e} to {max(paper_diffs):.1e}"
+    random_same = same_start_rows(VS_PFLLIB / "gpfl_rounds_random_clients.txt")
+    fields["random_same"] = ("the same accuracy every round" if random_same["PFLlib"]
+                             == random_same["fedlight"] else "different accuracies")
+    fields["random_largest"] = max(largest_differences(
+        VS_PFLLIB / "gpfl_rounds_random_clients.txt").values(), key=float)
+    authors_inputs = VS_PFLLIB / "gpfl_rounds_random_clients_authors_inputs.txt"
+    first = same_start_rows(authors_inputs)
+    fields["random_authors_round1"] = (f"{first['PFLlib'][0]:.2f} against "
+                                       f"{first['fedlight'][0]:.2f}")
+    fields["random_authors_cov"] = largest_differences(authors_inputs)["CoV"]
+    rows = []
+    for draw, library in [(0, "PFLlib"), (0, "fedlight"), *((d, "fedlight") for d in range(1, 5))]:
+        curve = same_start(draw)[library]
+        suffix = "" if draw == 0 else "_fedlight_only"
+        link = ("same file" if (draw, library) == (0, "fedlight") else
+                f"[init{draw}](vs_pfllib_three_seeds/gpfl_same_start_cifar100_split0_init{draw}"
+                f"{suffix}.txt)")
+        rows.append([f"`torch.manual_seed({draw})`" + (" (PFLlib's)" if draw == 0 else ""),
+                     library, f"{last_ten_states(curve):.2f}", f"{max(curve):.2f}", link])
+    fields["table_draws"] = table(
+        ["initial draw", "library", "mean of the states after 20..29 rounds (%)",
+         "best over rounds 1..30 (%)", "raw output"], "llrrl", rows)
+    both = same_start(0)
+    equal = next(i for i, (a, b) in enumerate(zip(*both.values(), strict=True)) if a != b)
+    fields["equal_rounds"] = str(equal)
+    fields["within_after"] = f"{max(abs(a - b) for a, b in zip(*both.values(), strict=True)):.2f}"
+    fields["split0_heads"] = largest_differences(
+        VS_PFLLIB / "gpfl_same_start_cifar100_split0_init0.txt")["heads"]
+    fields["split0_tail_gap"] = f"{abs(tails[0] - last_ten_states(both['PFLlib'])):.2f}"
+    return fields
+
+
+def in_splits(gaps: Sequence[float], higher: bool) -> str:
+    """"in every split" where every gap has the sign, else "in k of n splits"."""
+    count = sum(g > 0 if higher else g < 0 for g in gaps)
+    return "in every split" if count == len(gaps) else f"in {count} of {len(gaps)} splits"
+
+
+def name_of(module: str) -> str:
+    return {"encoder": "4-layer CNN"}.get(module, module)
+
+
+def own_last_ten(seed: int) -> float:
+    """fedlight's own GPFL run on split ``seed``: the mean of its states after 20..29 rounds."""
+    rows = {int(r["trained_rounds"]): 100 * float(r["accuracy"])
+            for r in read_csv(VS_PFLLIB / f"cifar100_dirichlet_seed{seed}.rounds.csv")
+            if r["method"] == "GPFL" and r["library"] == "fedlight"}
+    return statistics.fmean(rows[k] for k in range(20, 30))
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
     "cifar100_privatize": cifar100_privatize,
+    "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 
 if __name__ == "__main__":

@@ -553,56 +553,6 @@ CLAIMS["docs/results.md"] += [
     Claim("{}", lambda: (ranked_results(GPFL_C10, "best personalized", [
         "FedProto", "FedRep", "FedPer", "FedRoD", "Ditto", "FedAvg"]),)),
 ]
-# GPFL from the same start (benchmarks/gpfl_rounds_vs_pfllib.py): per-round accuracies of PFLlib
-# and fedlight, one file per initial draw
-SAME_START = RESULTS / "vs_pfllib_three_seeds"
-
-
-def _same_start(draw: int) -> dict[str, list[float]]:
-    """{"PFLlib": [...], "fedlight": [...]}: the accuracy (%) after rounds 1..30 of a draw."""
-    suffix = "" if draw == 0 else "_fedlight_only"
-    path = SAME_START / f"gpfl_same_start_cifar100_split0_init{draw}{suffix}.txt"
-    rows = [line.split() for line in path.read_text().splitlines()
-            if re.match(r"\s+\d+\s", line)]
-    return {"PFLlib": [float(r[1]) for r in rows], "fedlight": [float(r[2]) for r in rows]}
-
-
-def _last_ten_states(draw: int, library: str = "fedlight") -> float:
-    """The mean of the states after 20..29 trained rounds (the file's "last ten shared")."""
-    return statistics.fmean(_same_start(draw)[library][19:29])
-
-
-def _own_last_ten(seed: int) -> float:
-    """fedlight's own GPFL run on split ``seed``: the mean of its states after 20..29 rounds."""
-    with open(SAME_START / f"cifar100_dirichlet_seed{seed}.rounds.csv") as handle:
-        rows = {int(r["trained_rounds"]): 100 * float(r["accuracy"])
-                for r in csv.DictReader(handle)
-                if r["method"] == "GPFL" and r["library"] == "fedlight"}
-    return statistics.fmean(rows[k] for k in range(20, 30))
-
-
-DRAWS = range(5)
-CLAIMS["benchmarks/results/vs_pfllib_three_seeds.md"] = [
-    Claim("on the seed-0 split the mean of the last ten states is {:.2f} in PFLlib and {:.2f} in",
-          lambda: (_last_ten_states(0, "PFLlib"), _last_ten_states(0))),
-    Claim("on that one split give {:.2f}, {:.2f}, {:.2f}, {:.2f} and {:.2f} (mean {:.2f}, sample "
-          "std {:.2f})", lambda: (*(_last_ten_states(d) for d in DRAWS),
-                                  statistics.fmean(_last_ten_states(d) for d in DRAWS),
-                                  statistics.stdev(_last_ten_states(d) for d in DRAWS))),
-    Claim("moves GPFL on 100 classes by up to {:.1f} points", lambda: (
-        max(_last_ten_states(d) for d in DRAWS) - min(_last_ten_states(d) for d in DRAWS),)),
-    Claim("fedlight's three ({:.2f}, {:.2f} and {:.2f} on their splits)",
-          lambda: tuple(_own_last_ten(seed) for seed in range(3))),
-    Claim("stay within {:.2f} points of each other every round after", lambda: (max(
-        abs(a - b) for a, b in zip(*_same_start(0).values(), strict=True)),)),
-    Claim("the mean of the last ten states differs by {:.2f} point", lambda: (
-        abs(_last_ten_states(0) - _last_ten_states(0, "PFLlib")),)),
-    *(Claim(f"| `torch.manual_seed({d})`{suffix} | {library} | {{:.2f}} | {{:.2f}} |",
-            lambda d=d, library=library: (_last_ten_states(d, library),
-                                          max(_same_start(d)[library])))
-      for d, suffix, library in [(0, " (PFLlib's)", "PFLlib"), (0, " (PFLlib's)", "fedlight"),
-                                 *((d, "", "fedlight") for d in range(1, 5))]),
-]
 CLAIMS["docs/scale-out.md"].append(
     Claim("emulated there ({:.1f}x slower per sample", lambda: (12.33 / 1.31,)))
 
@@ -703,7 +653,6 @@ TABLES_ARE_RECORDS: dict[str, str] = {
     "benchmarks/results/privacy.md": "benchmarks/privacy_table.py",
     "benchmarks/results/privatize.md": "benchmarks/privatize_table.py (before commit c563c7c)",
     "benchmarks/results/scale.md": "benchmarks/scale.py",
-    "benchmarks/results/vs_pfllib_three_seeds.md": "benchmarks/vs_pfllib_seeds.py",
 }
 
 # Gap and ratio statements not yet written as claims, per file (may only fall).

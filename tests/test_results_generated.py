@@ -28,7 +28,6 @@ NOT_YET_GENERATED = {
     "cifar10_fedpick_domains", "cifar10_gpfl_table1", "cifar10_map_table",
     "cifar10_privatize", "cifar10_vs_pfllib", "cpu_speed", "fedpick", "gpfl", "gpu", "map",
     "privacy", "privatize", "quickstart", "scale",
-    "vs_pfllib_three_seeds",
 }
 GENERATED = sorted(tables.GENERATORS)
 CODE = re.compile(r"```.*?```", re.S)
@@ -153,3 +152,23 @@ def test_an_unknown_name_is_a_one_line_error(capsys):
         tables.main(["no_such_file"])
     assert raised.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_from_sweep_copies_the_sweeps_tables_into_the_results_folder(tmp_path, monkeypatch):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for name in ("runs.csv", "results.csv", "curves.png", "partition_cifar10.png", "config.yaml"):
+        (sweep / name).write_text(name)
+    monkeypatch.setattr(tables, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    copied = tables.copy_sweep(sweep, "map_distillation")
+    assert sorted(p.name for p in copied) == ["curves.png", "partition_cifar10.png",
+                                              "results.csv", "runs.csv"]
+    assert (tmp_path / "results" / "map_distillation" / "runs.csv").read_text() == "runs.csv"
+
+
+def test_from_sweep_without_runs_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as raised:
+        tables.main(["map_distillation", "--from-sweep", str(tmp_path)])
+    assert raised.value.code == 2
+    assert "no runs.csv" in capsys.readouterr().err
