@@ -456,3 +456,86 @@ def test_autohs_trains_on_sampled_coefficients_and_logs_the_loss():
     torch.testing.assert_close(loss, sampled)
     assert not torch.allclose(loss, F.cross_entropy(client.fused_logits(X, sample=False), Y))
     assert {"train_loss", "coef/a0", "coef/b1"} <= set(client.pop_federated_logs())
+
+
+# ===================================================================== the authors' forms
+def _two_batches():
+    generator = torch.Generator().manual_seed(4)
+    return [(torch.randn(6, 1, 8, 8, generator=generator), torch.randint(4, (6,),
+                                                                          generator=generator))
+            for _ in range(2)]
+
+
+def test_auto_shared_path_step_is_a_second_optimizer_step_on_the_shared_path():
+    from lightning.fabric import Fabric
+
+    from fedlight.core.client import Phase
+    from fedlight.federation.local_loop import LocalLoop
+
+    batches, clip = _two_batches(), 0.5
+    trained = {}
+    for step in (True, False):
+        client = make(AutoSA, shared_path_step=step, momentum=0.9, weight_decay=1e-3)
+        loop = LocalLoop(Fabric(accelerator="cpu", devices=1), 6, gradient_clip_val=clip)
+        loop.run_phase(client, Phase("train", 1), lambda: iter(batches))
+        trained[step] = client.state_dict()
+    reference = make(AutoSA, momentum=0.9, weight_decay=1e-3)
+    optimizer = reference.configure_optimizers()
+    for x, y in batches:  # the authors' order: the fused step, then the shared-path step
+        for shared_path in (False, True):
+            optimizer.zero_grad(set_to_none=True)
+            loss = (F.cross_entropy(reference.global_forward(x), y) if shared_path
+                    else reference.training_step((x, y), 0))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in reference.parameters()
+                                            if p.grad is not None], clip)
+            optimizer.step()
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(trained[True][key], value, msg=key)
+    assert not torch.allclose(trained[False]["model.head.weight"], reference.model.head.weight)
+    with pytest.raises(ValueError, match="shared_path_loss and shared_path_step"):
+        make(AutoSA, shared_path_step=True, shared_path_loss=True)
+
+
+def test_autocs_authors_outputs_are_two_fused_outputs_each_with_its_cross_entropy():
+    client = make(AutoCS, fuse_outputs="authors", temperature=1.0)
+    assert client.beta.shape == (2, 2)
+    client.alpha.data = torch.tensor([[1.0, -1.0], [0.0, 2.0]])
+    client.beta.data = torch.tensor([[0.5, 0.0], [-1.0, 1.0]])
+    a, b = F.softmax(client.alpha, -1), F.softmax(client.beta, -1)
+    hs, hp = client.model.encoder(X), client.private["a"](X)
+    os_, op = client.model.head(a[0, 0] * hs + a[0, 1] * hp), client.private["b"](
+        a[1, 0] * hs + a[1, 1] * hp)
+    first, second = b[0, 0] * os_ + b[0, 1] * op, b[1, 0] * os_ + b[1, 1] * op
+    torch.testing.assert_close(client.training_step((X, Y), 0),
+                               F.cross_entropy(first, Y) + F.cross_entropy(second, Y))
+    mean = (F.softmax(first, -1) + F.softmax(second, -1)) / 2
+    torch.testing.assert_close(client.eval()(X), mean.log())
+    with pytest.raises(ValueError, match="unknown fuse_outputs 'code'; valid: paper, authors"):
+        make(AutoCS, fuse_outputs="code")
+
+
+def test_autosa_authors_outputs_count_the_one_fused_output_twice():
+    paper, authors = make(AutoSA, temperature=1.0), make(AutoSA, temperature=1.0,
+                                                         fuse_outputs="authors")
+    assert authors.beta.shape == (1, 2)
+    torch.testing.assert_close(authors.training_step((X, Y), 0),
+                               2 * paper.training_step((X, Y), 0))
+    torch.testing.assert_close(authors.eval()(X), F.log_softmax(paper.eval()(X), -1))
+
+
+def test_autohs_samples_at_evaluation_only_when_asked():
+    client = make(AutoHS, sample_at_evaluation=True).eval()
+    client.alpha.data = torch.tensor([[0.3, -0.2]])
+    client.noise.reseed(2)
+    scored = client(X)
+    client.noise.reseed(2)
+    a, b = client.coefficients(sample=True)
+    hs, hp = client.model.encoder(X), client.private["a"](X)
+    mixed = a[0, 0] * hs + a[0, 1] * hp
+    torch.testing.assert_close(scored, b[0] * client.model.head(mixed)
+                               + b[1] * client.private["b"](mixed))
+    outputs = {tuple(client(X).argmax(-1).tolist()) for _ in range(8)}
+    assert len(outputs) > 1  # a fresh selection at every forward
+    deterministic = make(AutoHS).eval()
+    torch.testing.assert_close(deterministic(X), deterministic(X))

@@ -21,6 +21,8 @@ from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError
 from fedlight.core.noise import NoiseSource
 
+FUSE_OUTPUTS = ("paper", "authors")
+
 
 class AutoSA(Privatize):
     """AutoSA (soft attention): one learned pair of feature weights and one of output weights.
@@ -39,9 +41,16 @@ class AutoSA(Privatize):
     Args:
         temperature: ``lambda`` of the softmax (2.0, the paper's choice).
         shared_path_loss: also add ``CE(C_s(E_s(x)), y)`` to each step's loss. The authors'
-            code takes a *second* optimizer step on the pure shared path after every batch;
-            this option is the one-step (summed-loss) version of that idea, off by default
-            because the paper does not describe it (the benchmark configs turn it on).
+            code takes a *second* optimizer step on the pure shared path after every batch
+            (``shared_path_step``); this option is the one-step (summed-loss) version of that
+            idea, off by default because the paper does not describe it (the benchmark configs
+            turn it on).
+        shared_path_step: after every optimizer step on the fused loss, a second step of the
+            same optimizer (its momentum, weight decay and the run's gradient clipping) on
+            ``CE(C_s(E_s(x)), y)`` of the same batch, as the authors' ``fedps_auto.py`` does
+            (off by default: the paper does not describe it; not together with
+            ``shared_path_loss``). The second step runs in 32-bit without a loss scale, and
+            a client with it trains one client after another under ``batched_clients``.
         private_path_loss: also add ``CE(C_p(E_p(x)), y)``, the same for the private path
             (in neither the paper nor the code; off by default). The fused loss alone never
             trains either path to work on its own. Measured with ``coef_lr_scale=10`` on
@@ -50,6 +59,16 @@ class AutoSA(Privatize):
             (benchmarks/results/privatize.md).
         coef_lr_scale: learning-rate multiplier of ``psi`` (their own optimizer parameter
             group; 1 = the paper, one learning rate for everything).
+        fuse_outputs: ``"paper"`` (default): eq. 11, one fused output ``b0 o_s + b1 o_p``
+            trained with one CE. ``"authors"``: the output stage of the authors' code
+            (``AutoPSNet`` mixes the classifiers' outputs as it mixes the features): ``beta``
+            has the shape of ``alpha``; AutoCS makes two fused outputs
+            ``b00 o_s + b01 o_p`` and ``b10 o_s + b11 o_p``, each trained with its own CE and
+            predicted by the mean of their probabilities; AutoSA / AutoHS make one, which the
+            code returns as both outputs, so its CE counts twice. With ``temperature=1``,
+            ``shared_path_step=True`` (and AutoHS's ``sample_at_evaluation=True``) fedlight
+            runs the authors' ``FedPSAuto`` round for round
+            (benchmarks/privatize_vs_authors.py).
         **kwargs: the base client's arguments (``backbone``, ``lr``, ...). The block structure
             is always ``way="AaBb"`` on the coarse cut (encoder, head); the personalized
             accuracy is scored after local training unless ``evaluate_after_training=False``
@@ -70,26 +89,46 @@ class AutoSA(Privatize):
 
     batchable = True  # AutoHS's Gumbel noise comes from a NoiseSource
 
+    #: AutoHS: draw the Gumbel selection in evaluation too (the authors' code)
+    sample_at_evaluation: bool = False
+
     def __init__(self, temperature: float = 2.0, shared_path_loss: bool = False,
                  private_path_loss: bool = False, coef_lr_scale: float = 1.0,
+                 fuse_outputs: str = "paper", shared_path_step: bool = False,
                  **kwargs: Any) -> None:
         if temperature <= 0:
             raise ConfigError(f"temperature must be positive, got {temperature}")
         if not coef_lr_scale > 0:
             raise ConfigError(f"coef_lr_scale must be positive, got {coef_lr_scale}")
+        if fuse_outputs not in FUSE_OUTPUTS:
+            raise ConfigError(f"unknown fuse_outputs {fuse_outputs!r}; valid: "
+                              f"{', '.join(FUSE_OUTPUTS)}")
+        if shared_path_loss and shared_path_step:
+            raise ConfigError("shared_path_loss and shared_path_step are two forms of the "
+                              "same shared-path term (summed loss, second step); set one")
         super().__init__(way="AaBb", cut="coarse", combine="mean", **kwargs)
         self.temperature = temperature
         self.shared_path_loss = shared_path_loss
         self.private_path_loss = private_path_loss
         self.coef_lr_scale = float(coef_lr_scale)
-        self.alpha = nn.Parameter(torch.zeros(2 if self.cross_stitch else 1, 2))
-        self.beta = nn.Parameter(torch.zeros(2))
+        self.fuse_outputs = fuse_outputs
+        self.shared_path_step = bool(shared_path_step)
+        rows = 2 if self.cross_stitch else 1
+        self.alpha = nn.Parameter(torch.zeros(rows, 2))
+        self.beta = nn.Parameter(torch.zeros(rows, 2) if fuse_outputs == "authors"
+                                 else torch.zeros(2))
+        if self.shared_path_step:
+            # hooks of this instance only, so that the class stays batchable without them
+            self.configure_gradient_clipping = self._clip_and_keep_optimizer  # type: ignore
+            self.on_train_batch_end = self._shared_path_optimizer_step  # type: ignore
+        self._last_step: tuple[Any, float | None, str | None] | None = None
         # AutoHS's Gumbel noise, keyed per client and round (fedlight.core.noise)
         self.noise = NoiseSource() if self.gumbel else None
 
     # ----------------------------------------------------------------- coefficients
     def coefficients(self, sample: bool = False) -> tuple[Tensor, Tensor]:
-        """Softmaxed ``(a, b)``: ``a`` of shape (1, 2) or (2, 2) (AutoCS), ``b`` of shape (2,).
+        """Softmaxed ``(a, b)``: ``a`` of shape (1, 2) or (2, 2) (AutoCS), ``b`` of shape (2,)
+        (or ``a``'s with ``fuse_outputs="authors"``).
 
         With ``sample=True`` and :attr:`gumbel`, Gumbel(0, 1) noise is added to the raw
         coefficients before the tempered softmax (eq. 9's GumbelSoftMax).
@@ -113,18 +152,29 @@ class AutoSA(Privatize):
         rest = [p for p in self.parameters() if all(p is not c for c in coefficients)]
         return [{"params": rest}, {"params": coefficients, "lr": self.lr * self.coef_lr_scale}]
 
-    def fused_logits(self, x: Tensor, sample: bool = False) -> Tensor:
-        """``b0 C_s(h_s') + b1 C_p(h_p')`` with the mixed features of eq. 7 / 8 / 9."""
+    def fused_outputs(self, x: Tensor, sample: bool = False) -> list[Tensor]:
+        """``[b0 C_s(h_s') + b1 C_p(h_p')]`` with the mixed features of eq. 7 / 8 / 9; with
+        ``fuse_outputs="authors"`` one such output per row of ``b``, twice for one row."""
         a, b = self.coefficients(sample)
         shared_h, private_h = self.model.encoder(x), self.private["a"](x)
         mixed_s = a[0, 0] * shared_h + a[0, 1] * private_h
         mixed_p = a[-1, 0] * shared_h + a[-1, 1] * private_h
-        return b[0] * self.model.head(mixed_s) + b[1] * self.private["b"](mixed_p)
+        shared_o, private_o = self.model.head(mixed_s), self.private["b"](mixed_p)
+        if self.fuse_outputs == "paper":
+            return [b[0] * shared_o + b[1] * private_o]
+        return [b[0, 0] * shared_o + b[0, 1] * private_o,
+                b[-1, 0] * shared_o + b[-1, 1] * private_o]
+
+    def fused_logits(self, x: Tensor, sample: bool = False) -> Tensor:
+        """The personalized prediction: the fused logits, or the log of the mean of the two
+        fused outputs' probabilities (``fuse_outputs="authors"``)."""
+        return self.combine_outputs(self.fused_outputs(x, sample))
 
     # ----------------------------------------------------------------- prediction
     def forward(self, x: Tensor) -> Tensor:
-        """Personalized prediction: the fused logits (noise-free coefficients)."""
-        return self.fused_logits(x, sample=False)
+        """Personalized prediction: the fused logits (noise-free coefficients, unless
+        AutoHS's ``sample_at_evaluation``)."""
+        return self.fused_logits(x, sample=self.training or self.sample_at_evaluation)
 
     def eval_outputs(self, x: Tensor) -> dict[str, Tensor]:
         """The fused prediction, plus each pure path (no mixing) for reference."""
@@ -136,7 +186,8 @@ class AutoSA(Privatize):
         """CE of the fused logits (coefficients sampled for AutoHS), optionally plus the
         pure shared and private paths' CEs; logs the softmaxed coefficients."""
         x, y = batch
-        loss = F.cross_entropy(self.fused_logits(x, sample=self.training), y)
+        losses = [F.cross_entropy(o, y) for o in self.fused_outputs(x, sample=self.training)]
+        loss = losses[0] if len(losses) == 1 else losses[0] + losses[1]
         if self.shared_path_loss:
             loss = loss + F.cross_entropy(self.global_forward(x), y)
         if self.private_path_loss:
@@ -144,6 +195,29 @@ class AutoSA(Privatize):
         self.log("train_loss", loss)
         self._log_coefficients()
         return loss
+
+    def _clip_and_keep_optimizer(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                 gradient_clip_algorithm: str | None = None) -> None:
+        """The loop's clipping before the fused step; keeps what the second step needs."""
+        self._last_step = (optimizer, gradient_clip_val, gradient_clip_algorithm)
+        type(self).configure_gradient_clipping(self, optimizer, gradient_clip_val,
+                                               gradient_clip_algorithm)
+
+    def _shared_path_optimizer_step(self, outputs: Any, batch: tuple[Tensor, Tensor],
+                                    batch_idx: int) -> None:
+        """``shared_path_step``: a second step of the same optimizer on the shared path."""
+        if self._last_step is None or not self.training:
+            return
+        optimizer, clip_val, clip_algorithm = self._last_step
+        self._last_step = None
+        x, y = batch
+        optimizer.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            loss = F.cross_entropy(self.global_forward(x), y)
+            loss.backward()
+        self.clip_gradients(optimizer, clip_val, clip_algorithm)
+        optimizer.step()
+        self.log("ce/shared_path_step", loss.detach())
 
     def _log_coefficients(self) -> None:
         with torch.no_grad():
@@ -155,8 +229,13 @@ class AutoSA(Privatize):
         else:
             self.log("coef/a0", a[0, 0])
             self.log("coef/a1", a[0, 1])
-        self.log("coef/b0", b[0])
-        self.log("coef/b1", b[1])
+        if b.dim() == 1:
+            self.log("coef/b0", b[0])
+            self.log("coef/b1", b[1])
+            return
+        for i in range(b.shape[0]):
+            for j in range(2):
+                self.log(f"coef/b{i}{j}" if b.shape[0] == 2 else f"coef/b{j}", b[i, j])
 
 
 class AutoCS(AutoSA):
@@ -198,14 +277,20 @@ class AutoHS(AutoSA):
     Args:
         hard: straight-through one-hot selections at temperature 1 (default) or the soft
             relaxation at ``temperature``.
+        sample_at_evaluation: draw a fresh Gumbel selection at every forward, evaluation
+            included (the authors' ``AutoPSNet`` samples whether training or not, so their
+            personalized accuracy is that of one random selection per test batch); default
+            False: evaluation selects deterministically as above.
         **kwargs: as :class:`AutoSA`.
     """
 
     gumbel = True
 
-    def __init__(self, hard: bool = True, **kwargs: Any) -> None:
+    def __init__(self, hard: bool = True, sample_at_evaluation: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.hard = bool(hard)
+        self.sample_at_evaluation = bool(sample_at_evaluation)
 
     def coefficients(self, sample: bool = False) -> tuple[Tensor, Tensor]:
         """Hard: straight-through one-hot samples (training) or the argmax one-hot; soft:
