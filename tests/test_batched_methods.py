@@ -202,7 +202,7 @@ def test_steps_replayed_from_a_capture_train_as_the_loop(tmp_path, monkeypatch):
         captured.append(step)
         return eager_capture(step)
 
-    monkeypatch.setattr(batched, "step_capture", lambda fabric, graphs: capture)
+    monkeypatch.setattr(batched.engine, "step_capture", lambda fabric, graphs: capture)
     for make in (lambda: make_client(FedAvg, momentum=0.9, weight_decay=1e-3),
                  lambda: make_client(GPFL, optimizer="adam", lr=0.01)):
         loop, loop_rows = fit(tmp_path, make, "loop", 1)

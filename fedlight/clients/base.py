@@ -82,6 +82,16 @@ class FederatedClient(L.LightningModule):
     #: (``eval_outputs``, with the context-derived buffers built by :meth:`refresh_buffers`).
     batchable: bool = True
 
+    #: True when the class's own ``training_step`` and ``forward`` (where it overrides them)
+    #: honour :attr:`sample_weight`: every loss term and every logged value is a mean (or a
+    #: sum) over the real samples only, through :meth:`sample_mean`, :meth:`cross_entropy` or
+    #: :meth:`real_samples`, and no sample's output depends on another sample of the batch.
+    #: The batched engine then pads a client's smaller last batch to the group's batch size
+    #: with samples of weight 0, so every step of a group keeps one shape (one CUDA graph). A
+    #: class that overrides either method declares it in its own body; undeclared, the padded
+    #: steps run eagerly instead (never wrongly).
+    sample_weighted: bool = True
+
     def __init__(
         self,
         backbone: str = "cnn",
@@ -119,6 +129,9 @@ class FederatedClient(L.LightningModule):
         self._federated_logs: dict[str, list[Tensor]] | None = None  # see capture_logs
         self._in_local_loop = False  # see local_loop
         self._partition: Partition | None = None
+        #: 1 for each real sample of the batch being trained on, 0 for padding; None (every
+        #: sample real) except inside the batched engine's padded steps (sample_weighted)
+        self.sample_weight: Tensor | None = None
 
     # ----------------------------------------------------------------- construction
     def build_model(self) -> nn.Module:
@@ -228,9 +241,34 @@ class FederatedClient(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
+        loss = self.cross_entropy(self(x), y)
         self.log("train_loss", loss)
         return loss
+
+    # ----------------------------------------------------------------- sample weights
+    def sample_mean(self, values: Tensor) -> Tensor:
+        """The mean of ``values`` (first dimension: the batch's samples) over the real samples
+        and every other dimension: ``values.mean()`` when every sample is real."""
+        weight = self.sample_weight
+        if weight is None:
+            return values.mean()
+        per_sample = values[0].numel()
+        return (self.real_samples(values).sum()
+                / (weight.to(values.dtype).sum() * per_sample))
+
+    def real_samples(self, values: Tensor) -> Tensor:
+        """``values`` (first dimension: the batch's samples) with the padding's rows zeroed,
+        for sums over the batch; ``values`` itself when every sample is real."""
+        weight = self.sample_weight
+        if weight is None:
+            return values
+        return values * weight.to(values.dtype).reshape(-1, *([1] * (values.dim() - 1)))
+
+    def cross_entropy(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """``F.cross_entropy(logits, labels)``, averaged over the real samples only."""
+        if self.sample_weight is None:
+            return F.cross_entropy(logits, labels)
+        return self.sample_mean(F.cross_entropy(logits, labels, reduction="none"))
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._log_eval("val", batch)

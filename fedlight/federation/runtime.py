@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.fabric import Fabric
 from torch import Tensor
@@ -125,6 +126,30 @@ def private_scores(scores: Mapping[str, Score], share_class_counts: bool) -> dic
     return {name: dataclasses.replace(score, class_counts=[]) for name, score in scores.items()}
 
 
+#: the attributes of a module that are torch's and Lightning's machinery (registries of
+#: parameters, buffers, submodules and hooks; the trainer's references), not a client's own
+_MACHINERY: set[str] = set()
+
+
+def python_state(client: FederatedClient) -> dict[str, Any]:
+    """The client module's own Python attributes (what a start sets: its context, what
+    ``on_round_start`` computed), by reference: neither torch's and Lightning's machinery
+    nor the logs being collected."""
+    if not _MACHINERY:
+        _MACHINERY.update(vars(L.LightningModule()), ("_federated_logs", "_in_local_loop"))
+    return {name: value for name, value in vars(client).items() if name not in _MACHINERY}
+
+
+@dataclasses.dataclass
+class ClientRound:
+    """A client started for its round (:meth:`ClientRuntime.begin`): its task, its batch-order
+    generator and its Python attributes as the start left them (:func:`python_state`)."""
+
+    task: TrainTask
+    generator: torch.Generator
+    attributes: dict[str, Any]
+
+
 class ClientRuntime:
     """Prepares, trains and scores the clients this process serves (module docstring).
 
@@ -176,25 +201,42 @@ class ClientRuntime:
                                        task.shared, task.message)
         return torch.Generator().manual_seed(seed)
 
+    def begin(self, task: TrainTask) -> ClientRound:
+        """:meth:`start` the task's client, once for its round, and return the round's handle
+        (:class:`ClientRound`): :meth:`resume` makes the live module that client again
+        (another client may have been started in between), :meth:`finish` ends the round."""
+        generator = self.start(task)
+        return ClientRound(task, generator, python_state(self.client))
+
+    def resume(self, started: ClientRound) -> None:
+        """Make the live module the client of ``started`` again, as its start left it: its
+        Python attributes (context, what ``on_round_start`` set) and train mode; its
+        parameters and buffers are the caller's to load."""
+        vars(self.client).update(started.attributes)
+        self.client.train()
+
     def train(self, task: TrainTask) -> ClientResult:
         """One client's round: local training from the task's download, then its scores
         where the task asks for them."""
-        generator = self.start(task)
-        result = self.loop.fit(self.client, lambda: self.batches(task.client_id, generator),
+        started = self.begin(task)
+        result = self.loop.fit(self.client,
+                               lambda: self.batches(task.client_id, started.generator),
                                self.phases(), self.population.optimizer_states.get(task.client_id))
-        return self.finish(task, result.upload, result.loss_sum, result.steps,
+        return self.finish(started, result.upload, result.loss_sum, result.steps,
                            result.optimizer_states)
 
     def phases(self) -> list[Phase]:
         """The loaded client's local schedule."""
         return self.client.local_phases(self.local_epochs)
 
-    def finish(self, task: TrainTask, upload: Upload, loss_sum: Tensor, steps: int,
+    def finish(self, started: ClientRound, upload: Upload, loss_sum: Tensor, steps: int,
                optimizer_states: dict[int, dict[str, Any]],
                logs: Mapping[str, Tensor] | None = None) -> ClientResult:
-        """End a trained client's round: ``on_round_end``, its private and optimizer state
-        kept, its logged values (``logs``, where given, adds what the steps logged), its scores
-        where the task asks, the loss scale it ended with."""
+        """End the round of the client ``started`` (:meth:`begin`), trained and in the live
+        module: ``on_round_end``, its private and optimizer state kept, its logged values
+        (``logs``, where given, adds what the steps logged), its scores where its task asks
+        (``started.task``), the loss scale it ended with."""
+        task = started.task
         self.client.on_round_end()
         self.population.finish_training(self.client, task.client_id, optimizer_states)
         logged = self.client.pop_federated_logs()
@@ -281,5 +323,5 @@ def build_client_runtime(fabric: Fabric, client: FederatedClient,
                          options.eval_batch_size, options.share_class_counts)
 
 
-__all__ = ["ClientGradScale", "ClientRuntime", "build_client_runtime", "place_client",
-           "prepare_client", "private_scores", "reinitialize"]
+__all__ = ["ClientGradScale", "ClientRound", "ClientRuntime", "build_client_runtime",
+           "place_client", "prepare_client", "private_scores", "python_state", "reinitialize"]

@@ -1,4 +1,4 @@
-"""A step captured once and replayed: CUDA graphs for the batched engine's full steps.
+"""A step captured once and replayed: CUDA graphs for the batched engine's static steps.
 
 At batch 10 a small CNN's step is a few hundred short kernels whose launch cost, not their
 arithmetic, sets a GPU's pace. A CUDA graph records the kernels of one call (forward,
@@ -10,8 +10,9 @@ host.
 
 :class:`ReplayedStep` runs a step eagerly for its first ``warmup`` calls (lazy state such as
 SGD's momentum buffers is created there, on a side stream as CUDA requires), captures the
-next call with a :data:`Capture` and replays from then on (a step that cannot be captured
-stays eager, the reason kept in ``failure``). :func:`cuda_graph` is the CUDA
+next call with a :data:`Capture` and replays from then on (a step that cannot be captured,
+whatever the error, stays eager, the reason kept in ``failure`` and reported in one line; an
+out-of-memory error is raised, so that the caller can make room). :func:`cuda_graph` is the CUDA
 capture; :func:`eager_capture` "captures" by keeping the callable (what runs on a CPU and
 what the tests use to check the same plumbing without a GPU).
 """
@@ -64,9 +65,10 @@ class ReplayedStep:
     """
 
     def __init__(self, step: Callable[[], None], capture: Capture | None,
-                 warmup: int = 2) -> None:
-        self.step, self.capture, self.warmup = step, capture, warmup
+                 warmup: int = 2, report: Callable[[str], None] | None = None) -> None:
+        self.step, self.capture, self.warmup, self.report = step, capture, warmup, report
         self.calls = 0
+        self.replays = 0  # calls served by the capture
         self.replay: Callable[[], None] | None = None
         self.failure: str | None = None  # why the capture failed (the step then stays eager)
 
@@ -76,16 +78,34 @@ class ReplayedStep:
 
     def __call__(self) -> None:
         if self.replay is None and self.capture is not None and self.calls >= self.warmup:
-            try:
-                self.replay = self.capture(self.step)
-            except RuntimeError as error:  # an operation CUDA cannot capture: stay eager
-                self.capture, self.failure = None, str(error).splitlines()[0]
+            self._capture()
         if self.replay is not None:
             self.replay()
+            self.replays += 1
         else:
             with side_stream(self.capture is cuda_graph):
                 self.step()
         self.calls += 1
 
+    def _capture(self) -> None:
+        """Capture the step; where that fails the step stays eager and ``report`` hears the
+        cause in one line. Running out of device memory is not such a failure: it is raised,
+        for the caller to make room (the batched engine halves its group)."""
+        assert self.capture is not None
+        try:
+            self.replay = self.capture(self.step)
+        except torch.OutOfMemoryError:  # a RuntimeError: caught before the others
+            raise
+        except Exception as error:  # anything CUDA or torch cannot capture: stay eager
+            self.capture, self.failure = None, one_line(error)
+            if self.report is not None:
+                self.report(self.failure)
 
-__all__ = ["Capture", "ReplayedStep", "cuda_graph", "eager_capture", "side_stream"]
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one line: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+__all__ = ["Capture", "ReplayedStep", "cuda_graph", "eager_capture", "one_line", "side_stream"]

@@ -29,16 +29,23 @@ PREFIX = "client."
 
 class TrainingStep(nn.Module):
     """``forward(x, y)`` = the client's ``training_step((x, y), 0)``: its loss and the sums of
-    what it logged by name (``counts``: how many values per name, from the last trace)."""
+    what it logged by name (``counts``: how many values per name, from the last trace);
+    ``forward(x, y, weight)`` the same with ``weight`` (1 per real sample, 0 per padding) as
+    the client's ``sample_weight`` for the duration."""
 
     def __init__(self, client: FederatedClient) -> None:
         super().__init__()
         self.client = client
         self.counts: dict[str, int] = {}
 
-    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        with self.client.step_logs() as logged:
-            output = self.client.training_step((x, y), 0)
+    def forward(self, x: Tensor, y: Tensor,
+                weight: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        self.client.sample_weight = weight
+        try:
+            with self.client.step_logs() as logged:
+                output = self.client.training_step((x, y), 0)
+        finally:
+            self.client.sample_weight = None
         loss = output["loss"] if isinstance(output, dict) else output
         if not isinstance(loss, Tensor):
             raise TypeError(f"{type(self.client).__name__}.training_step returned "
@@ -79,9 +86,10 @@ class Stacked:
 
 
 class StackedStep(Stacked):
-    """The client's step over stacked state: ``step(state, inputs, labels)`` with ``inputs``
-    ``[K, B, ...]`` and ``labels`` ``[K, B]`` returns the K losses and, per logged name, the
-    K sums (``counts`` as in :class:`TrainingStep`)."""
+    """The client's step over stacked state: ``step(state, inputs, labels, weights)`` with
+    ``inputs`` ``[K, B, ...]``, ``labels`` ``[K, B]`` and ``weights`` ``[K, B]`` (or None:
+    every sample real) returns the K losses and, per logged name, the K sums (``counts`` as
+    in :class:`TrainingStep`)."""
 
     def __init__(self, client: FederatedClient) -> None:
         self.training_step = TrainingStep(client)
@@ -91,9 +99,10 @@ class StackedStep(Stacked):
     def counts(self) -> dict[str, int]:
         return self.training_step.counts
 
-    def __call__(self, state: Rows, inputs: Tensor,
-                 labels: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        output: tuple[Tensor, dict[str, Tensor]] = self.call(state, inputs, labels)
+    def __call__(self, state: Rows, inputs: Tensor, labels: Tensor,
+                 weights: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        extra = () if weights is None else (weights,)
+        output: tuple[Tensor, dict[str, Tensor]] = self.call(state, inputs, labels, *extra)
         return output
 
 

@@ -1,414 +1,41 @@
-"""Batched clients: several participants of a round trained as one vectorized computation.
-
-The simulator trains a round's clients one after another on one live module. On a GPU a small
-model's step for one client (a batch of 10 CIFAR images through a 4-layer CNN) leaves most of
-the device idle and is bound by kernel launches, so ``trainer.batched_clients`` trains up to K
-clients at once instead (``auto``, the default: on a GPU as many as fit in its free memory,
-on a CPU one after another, which is faster there).
-
-How a step is made: the clients' parameters and buffers are stacked, one tensor per name with
-client k's values in row k, and the method's own ``training_step`` runs on them through
-``torch.func.functional_call`` mapped over the rows with ``vmap`` (``stacked_step.py``), so a
-method is never written twice. Per-client values the step reads (BatchNorm statistics,
-frozen teachers, MAP's class scales, GPFL's conditional inputs, Ditto's received weights,
-noise keys) are buffers, stacked like the weights. One backward and one optimizer over the
-stacked tensors update every client: the optimizers fedlight builds (SGD with momentum and
-weight decay, Adam, AdamW) update element by element with hyper-parameters shared by the
-clients, exactly as each client's own optimizer would. Random draws come from each client's
-:class:`~fedlight.core.noise.NoiseSource` (keyed from ``(seed, round, client)`` in both
-engines), so a client draws the same noise batched as in the loop, whoever shares its batch.
-
-Each client keeps its own batches: the same shuffled order from the same seed as the loop
-(drawn through ``ClientRuntime.batches``), its own number of steps (a client whose data is
-used up stops: its rows are kept from then on) and its own smaller last batch (the clients
-whose batch at a step has another size run as a separate vmapped call of that size, and the
-optimizer steps once for all). So the result equals the loop's to float tolerance (sums run
-in another order), not bit for bit, and it does not depend on K.
-
-No per-step overhead on a GPU: each phase of a group trains in a :class:`Workspace` whose
-tensors (stacked parameters and buffers, optimizer state, input buffers, loss and log sums)
-live at fixed addresses and are reused from round to round (loaded with ``copy_``, optimizer
-state zeroed: SGD's momentum and Adam's moments start from zero exactly as a fresh
-optimizer's); its full steps (every client active at the full batch size) are captured once
-in a CUDA graph and replayed (``graphs.py``; 32-true precision, ``trainer.cuda_graphs``);
-losses and logged values add up on the device and are read once per group; the optimizers
-are built with ``foreach`` on a GPU (``capturable`` Adam under graphs).
-
-What qualifies (:func:`batching_refusal`): a method whose step methods are the base class's or
-declared ``batchable`` by the class that overrides them (FedAvg, FedPer, LG-FedAvg, FedRep,
-FedBABU, Local, FedAWS, FedDF, SCARS, FedBN, GPFL, MAP / FedRS / FedPHP, FedPick, Privatize,
-AutoSA / AutoCS / AutoHS, FedRoD, Ditto, FedProto), no Lightning loop hook overridden, no
-``torch.nn.Dropout`` (``fedlight.core.noise.Dropout`` instead), at 32-bit or bf16 precision
-(16-mixed keeps one loss scaler per client), with fresh optimizers and no gradient clipping.
-Clients whose phases (names, trainable parameters, learning-rate scale) or
-``batch_key()`` differ train in separate groups. Anything else trains one client after
-another, with a one-line note.
-
-Scoring is batched the same way: every client to score (its download plus its private state,
-or its state right after training for methods scored then, such as MAP) is loaded, its
-context-derived buffers built (``refresh_buffers``), and up to K clients' states are stacked
-and run through the method's own ``eval_outputs`` mapped over the rows
-(``StackedOutputs``); each client's test split is cut into the loop's evaluation batches,
-padded to the longest client's, and scored as the loop scores it
-(``ClientRuntime.score_together``). Methods that fine-tune before scoring (FedBABU,
-Per-FedAvg) or override ``eval_outputs`` without declaring it batchable are scored one
-after another (:func:`scoring_refusal`); the run's header line says which.
-
-Measured on a CPU it is slower (the 4-layer CNN on 3x32x32, batch 10, one thread: a round
-takes 1.6x the loop's time with K = 4 and 3.2x with K = 20, since vmap turns the convolutions
-into grouped ones, which oneDNN runs slower than K separate ones), so it is meant for GPUs;
-``benchmarks/batched.py`` times it, and ``benchmarks/gpu.py`` runs that on a GPU.
-"""
+"""The batched engine: a round's participants trained in groups of up to K clients, each
+group one vectorized computation (see the package docstring)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from itertools import chain
-from typing import Any
+import sys
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from fedlight.clients.base import FederatedClient
-from fedlight.core.client import Phase, upload_phase
-from fedlight.core.errors import ConfigError
+from fedlight.core.client import upload_phase
 from fedlight.core.messages import ClientResult, Score, State, TrainTask
-from fedlight.federation.engines.graphs import Capture, ReplayedStep, cuda_graph
-from fedlight.federation.engines.local import LocalEngine
-from fedlight.federation.engines.stacked_step import StackedOutputs, StackedStep
-from fedlight.federation.local_loop import (
-    LocalLoop,
-    check_phases,
-    non_finite_loss,
-    only_trainable,
-    overrides,
-    parse_optimizers,
-    scale_lr,
-    step_budget,
+from fedlight.federation.engines.batched.eligibility import padding_refusal, scoring_refusal
+from fedlight.federation.engines.batched.memory import client_bytes, group_size_for
+from fedlight.federation.engines.batched.planning import (
+    Batch,
+    PreparedClient,
+    Rows,
+    client_state,
+    load_rows,
+    phase_batches,
+    schedule_signature,
 )
+from fedlight.federation.engines.batched.workspace import Workspace, step_capture
+from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.stacked_step import StackedOutputs
+from fedlight.federation.local_loop import check_phases, non_finite_loss
 from fedlight.federation.runtime import ClientRuntime
 
-Batch = tuple[Tensor, Tensor]
-Rows = dict[str, Tensor]
 
-#: the methods that make a client's local step: a class overriding one of them declares
-#: ``batchable = True`` in its own body when its step can run vmapped (FederatedClient.batchable)
-STEP_METHODS = ("training_step", "forward", "configure_optimizers", "optimizer_param_groups",
-                "on_round_start", "on_round_end")
-#: the methods that make a client's scores (scored batched where undeclared_step allows)
-SCORING_METHODS = ("eval_outputs", "forward")
-#: Lightning's hooks of the training loop (none of them runs in a batched step)
-LOOP_HOOKS = ("on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
-              "on_train_batch_start", "on_train_batch_end", "on_before_zero_grad",
-              "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-              "configure_gradient_clipping", "lr_scheduler_step", "optimizer_step")
-DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
-           nn.FeatureAlphaDropout)
-
-
-def batching_refusal(client: FederatedClient, precision: str, optimizer_state: str,
-                     gradient_clip_val: float | None) -> str | None:
-    """Why ``client`` cannot train batched in this setting (see the module docstring), or
-    None when it can."""
-    undeclared = undeclared_step(client)
-    if undeclared is not None:
-        return undeclared
-    for name in LOOP_HOOKS:
-        if overrides(client, name):
-            return f"{type(client).__name__} overrides the loop hook {name}"
-    dropout = next((type(m).__name__ for m in client.modules()
-                    if isinstance(m, DROPOUT) and m.p > 0), None)
-    if dropout is not None:
-        return (f"its model has torch's {dropout}, whose masks come from one global generator "
-                "(fedlight.core.noise.Dropout draws per client)")
-    if str(precision).startswith("16"):
-        return "precision 16-mixed keeps one loss scaler per client"
-    if optimizer_state != "fresh":
-        return "optimizer_state persist keeps one optimizer state per client"
-    if gradient_clip_val is not None:
-        return "gradient clipping works on one client's gradients"
-    return None
-
-
-def scoring_refusal(client: FederatedClient) -> str | None:
-    """Why the batched engine scores ``client``'s clients one after another (its evaluation
-    phases fine-tune each client first; ``eval_outputs`` overridden without a ``batchable``
-    declaration), or None when it scores them together."""
-    if client.evaluation_phases():
-        return f"{type(client).__name__} fine-tunes each client before scoring it"
-    return undeclared_step(client, SCORING_METHODS)
-
-
-def undeclared_step(client: FederatedClient,
-                    methods: Sequence[str] = STEP_METHODS) -> str | None:
-    """The first of ``methods`` overridden (by a class, or on the instance) without a
-    ``batchable = True`` declaration in the overriding class's own body, as a reason."""
-    for name in methods:
-        if name in vars(client):
-            return f"{type(client).__name__} overrides {name} on the instance"
-    for cls in type(client).__mro__:
-        if cls is FederatedClient:
-            break
-        own = vars(cls)
-        overridden = [name for name in methods if name in own]
-        if overridden and own.get("batchable") is not True:
-            return f"{cls.__name__} overrides {overridden[0]} (not declared batchable)"
-    return None
-
-
-@dataclass
-class PreparedClient:
-    """A participant loaded and planned: its parameters and buffers before training, its
-    phases, the key of the group it trains in and, per phase, the batches the loop would
-    draw for it in order; after training, its state after each phase, loss sum, steps and
-    logged means."""
-
-    task: TrainTask
-    start: Rows
-    phases: list[Phase]
-    key: Hashable
-    batches: list[list[Batch]]
-    rows: list[Rows] = field(default_factory=list)
-    loss_sum: Tensor = field(default_factory=lambda: torch.zeros(()))
-    steps: int = 0
-    logs: dict[str, Tensor] = field(default_factory=dict)
-
-
-def phase_batches(epoch_batches: Callable[[], Iterable[Batch]], phase: Phase,
-                  step_limit: int | None = None) -> list[Batch]:
-    """The batches one phase of the loop trains on, one epoch after another of
-    ``epoch_batches()`` as the loop draws them (none after ``max_steps`` or ``step_limit``,
-    the steps ``max_local_steps`` leaves)."""
-    budget = step_budget(phase.max_steps, step_limit)
-    batches: list[Batch] = []
-    for _ in range(phase.epochs):
-        if len(batches) >= budget:
-            break
-        for batch in epoch_batches():
-            if len(batches) >= budget:
-                break
-            batches.append(batch)
-    return batches
-
-
-def schedule_signature(phases: Sequence[Phase]) -> tuple[Any, ...]:
-    """What of a schedule a vmapped step shares: each phase's name, trainable parameters,
-    learning-rate scale and upload point (epochs and step caps only shape the batches)."""
-    return tuple((p.name, p.trainable, p.lr_scale, p.upload_after) for p in phases)
-
-
-def client_state(client: nn.Module) -> Rows:
-    """Detached copies of the module's parameters and buffers (non-persistent ones too)."""
-    return {name: tensor.detach().clone()
-            for name, tensor in chain(client.named_parameters(), client.named_buffers())}
-
-
-def load_rows(client: nn.Module, rows: Rows) -> None:
-    """Write one client's parameters and buffers into the live module."""
-    with torch.no_grad():
-        for name, tensor in chain(client.named_parameters(), client.named_buffers()):
-            tensor.copy_(rows[name])
-
-
-def device_rows(members: Sequence[int], device: torch.device) -> Tensor:
-    """The row indices ``members`` on ``device``; to a GPU from pinned memory without
-    blocking (a plain host-to-device copy of pageable memory waits for the queued work)."""
-    index = torch.tensor(list(members), dtype=torch.long)
+def autotune_convolutions(device: torch.device) -> None:
+    """Let cuDNN time its convolution algorithms for each shape (``cudnn.benchmark``) on a
+    GPU: a group's shapes repeat every step, and vmapped convolutions become grouped ones,
+    whose fastest algorithm differs from a plain convolution's. Nothing elsewhere."""
     if device.type == "cuda":
-        return index.pin_memory().to(device, non_blocking=True)
-    return index.to(device)
-
-
-def resettable(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether zeroing the optimizer's state tensors makes it a fresh one exactly: SGD
-    without dampening (momentum 0 x 0 + g = g, its first step), Adam and AdamW."""
-    if type(optimizer) is torch.optim.SGD:
-        return all(group["dampening"] == 0 for group in optimizer.param_groups)
-    return type(optimizer) in (torch.optim.Adam, torch.optim.AdamW)
-
-
-def reset_optimizer(optimizer: torch.optim.Optimizer) -> None:
-    """Make ``optimizer`` fresh: its state zeroed in place where :func:`resettable` (the
-    tensors keep their addresses), dropped otherwise."""
-    if not resettable(optimizer):
-        optimizer.state.clear()
-        return
-    with torch.no_grad():
-        for state in optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, Tensor):
-                    value.zero_()
-
-
-def stacked_optimizer(client: FederatedClient, phase: Phase, stacked: Rows,
-                      device: torch.device, capturable: bool) -> torch.optim.Optimizer:
-    """The optimizer the client builds for ``phase``, over the stacked tensors instead of its
-    own parameters (same class, groups and hyper-parameters; ``foreach`` on a GPU, and
-    ``capturable`` where it is to run in a CUDA graph)."""
-    client.phase = phase.name
-    optimizer, schedulers = parse_optimizers(client.configure_optimizers(),
-                                             type(client).__name__)
-    if schedulers:
-        raise ConfigError(f"{type(client).__name__}: batched clients train without "
-                          "learning-rate schedulers; set trainer.batched_clients: 1")
-    scale_lr(optimizer, schedulers, phase.lr_scale)
-    names = {id(p): n for n, p in client.named_parameters()}
-    groups = [{**group, "params": [stacked[names[id(p)]] for p in group["params"]]}
-              for group in optimizer.param_groups]
-    defaults = dict(optimizer.defaults)
-    if device.type == "cuda" and "foreach" in defaults:
-        defaults["foreach"] = True
-    if capturable and "capturable" in defaults:
-        defaults["capturable"] = True
-    return type(optimizer)(groups, **defaults)
-
-
-class Workspace:
-    """One phase of a group of K clients: its tensors at fixed addresses (stacked parameters
-    and buffers, optimizer, input buffers, loss and log sums), reused from round to round.
-
-    Args:
-        client: the live module (its methods build the optimizer and the step).
-        loop: the local loop (Fabric: device, precision, backward).
-        phase: the phase.
-        template: name -> ``[K, ...]`` tensors giving every shape.
-        sample: one batch, giving the input shape and dtypes.
-        capture: how full steps are captured (None: eager).
-    """
-
-    def __init__(self, client: FederatedClient, loop: LocalLoop, phase: Phase, template: Rows,
-                 sample: Batch, capture: Capture | None) -> None:
-        self.fabric = loop.fabric
-        device = self.fabric.device
-        params = dict(client.named_parameters())
-        with only_trainable(client, phase.trainable):
-            trainable = {n for n, p in params.items() if p.requires_grad}
-            self.params = {n: torch.zeros_like(template[n]).requires_grad_(n in trainable)
-                           for n in params}
-            self.optimizer = stacked_optimizer(client, phase, self.params, device,
-                                               capture is not None)
-        self.buffers = {n: torch.zeros_like(template[n]) for n in template if n not in params}
-        self.reusable = resettable(self.optimizer)
-        self.step = StackedStep(client)
-        self.size = next(iter(template.values())).shape[0]
-        x, y = sample
-        self.batch_size = loop.batch_size
-        self.inputs = x.new_zeros((self.size, self.batch_size, *x.shape[1:]))
-        self.labels = y.new_zeros((self.size, self.batch_size))
-        self.loss_sum = torch.zeros(self.size, device=device, dtype=torch.float32)
-        self.log_sums: dict[str, Tensor] = {}
-        self.log_counts: dict[str, list[int]] = {}
-        self.snapshots: dict[int, Rows] = {}
-        self.full = ReplayedStep(self._full_step, capture if self.reusable else None)
-
-    # ----------------------------------------------------------------- one round
-    def load(self, state: Rows) -> None:
-        """Start a round from ``state`` (name -> ``[K, ...]``): tensors copied in place, a
-        fresh optimizer, sums at zero."""
-        with torch.no_grad():
-            for name, tensor in chain(self.params.items(), self.buffers.items()):
-                tensor.copy_(state[name])
-            for total in self.log_sums.values():
-                total.zero_()
-            self.loss_sum.zero_()
-        reset_optimizer(self.optimizer)
-        self.log_counts = {name: [0] * self.size for name in self.log_counts}
-        self.snapshots = {}
-
-    def train(self, batches: Sequence[Sequence[Batch]]) -> None:
-        """Every step of the phase, client k on ``batches[k]`` (module docstring)."""
-        steps = max((len(b) for b in batches), default=0)
-        for t in range(steps + 1):
-            for k, own in enumerate(batches):
-                if len(own) == t and t < steps:  # data used up: keep its rows from here on
-                    self.snapshots[k] = {n: v[k].detach().clone() for n, v in self.params.items()}
-            active = [k for k, own in enumerate(batches) if t < len(own)]
-            if not active:
-                break
-            sizes: dict[int, list[int]] = {}
-            for k in active:
-                sizes.setdefault(len(batches[k][t][1]), []).append(k)
-            if len(active) == self.size and list(sizes) == [self.batch_size]:
-                torch.stack([own[t][0] for own in batches], out=self.inputs)
-                torch.stack([own[t][1] for own in batches], out=self.labels)
-                self.full()
-            else:
-                self._mixed_step([(members, torch.stack([batches[k][t][0] for k in members]),
-                                   torch.stack([batches[k][t][1] for k in members]))
-                                  for members in sizes.values()])
-            self._count(active)
-
-    def result(self) -> Rows:
-        """Every client's parameters and buffers after the phase (new tensors)."""
-        state = {n: v.detach().clone() for n, v in chain(self.params.items(),
-                                                         self.buffers.items())}
-        for k, rows in self.snapshots.items():
-            for name, value in rows.items():
-                state[name][k] = value
-        return state
-
-    def logged_means(self, k: int) -> dict[str, tuple[Tensor, int]]:
-        """Client k's logged sums and counts by name (names it logged at least once)."""
-        return {name: (self.log_sums[name][k], counts[k])
-                for name, counts in self.log_counts.items() if counts[k]}
-
-    # ----------------------------------------------------------------- steps
-    def _full_step(self) -> None:
-        """Every client at the full batch size: what a CUDA graph captures."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self._forward_backward(None, self.inputs, self.labels)
-        self.fabric.strategy.optimizer_step(self.optimizer)
-
-    def _mixed_step(self, parts: Sequence[tuple[list[int], Tensor, Tensor]]) -> None:
-        """One optimizer step for clients whose batches differ in size: one vmapped call per
-        size (gradients of distinct rows add up), eagerly."""
-        self.optimizer.zero_grad(set_to_none=True)
-        device = self.loss_sum.device
-        for members, inputs, labels in parts:
-            rows = None if len(members) == self.size else device_rows(members, device)
-            self._forward_backward(rows, inputs, labels)
-        self.fabric.strategy.optimizer_step(self.optimizer)
-
-    def _forward_backward(self, rows: Tensor | None, inputs: Tensor, labels: Tensor) -> None:
-        """The vmapped step of the clients ``rows`` (None: all), its backward, and its losses
-        and logged values added to the sums; buffers the step changed written back."""
-        params = self.params if rows is None else {
-            n: v.index_select(0, rows) for n, v in self.params.items()}
-        buffers = self.buffers if rows is None else {
-            n: v.index_select(0, rows) for n, v in self.buffers.items()}
-        with self.fabric.autocast():
-            losses, logs = self.step({**params, **buffers}, inputs, labels)
-        self.fabric.backward(losses.sum())
-        with torch.no_grad():
-            for name in logs:
-                if name not in self.log_sums:
-                    self.log_sums[name] = torch.zeros_like(self.loss_sum)
-                    self.log_counts[name] = [0] * self.size
-            if rows is None:
-                self.loss_sum.add_(losses.detach().float())
-                for name, value in logs.items():
-                    self.log_sums[name].add_(value.float())
-                return
-            for name, value in buffers.items():
-                self.buffers[name].index_copy_(0, rows, value)
-            self.loss_sum.index_add_(0, rows, losses.detach().float())
-            for name, value in logs.items():
-                self.log_sums[name].index_add_(0, rows, value.float())
-
-    def _count(self, active: Sequence[int]) -> None:
-        for name, count in self.step.counts.items():
-            for k in active:
-                self.log_counts[name][k] += count
-
-
-def step_capture(fabric: Any, graphs: bool) -> Capture | None:
-    """How full steps are captured: CUDA graphs on a GPU at 32-true precision (autocast's
-    cast cache does not survive a capture) where ``graphs``, else None (eager)."""
-    precision = str(getattr(fabric.strategy.precision, "precision", "32-true"))
-    if graphs and fabric.device.type == "cuda" and precision == "32-true":
-        return cuda_graph
-    return None
+        torch.backends.cudnn.benchmark = True
 
 
 class BatchedEngine(LocalEngine):
@@ -420,7 +47,7 @@ class BatchedEngine(LocalEngine):
         runtime: the client runtime of this process.
         group_size: clients per batched computation (K); None: from the device's free memory
             at the first round (all of a round's clients where they fit).
-        graphs: capture full steps in CUDA graphs (on a GPU at 32-true precision).
+        graphs: capture the static steps in CUDA graphs (on a GPU at 32-true precision).
     """
 
     def __init__(self, runtime: ClientRuntime, group_size: int | None,
@@ -431,6 +58,40 @@ class BatchedEngine(LocalEngine):
         self.workspaces: dict[Hashable, Workspace] = {}
         self.scoring_refusal = scoring_refusal(runtime.client)
         self.scoring = None if self.scoring_refusal else StackedOutputs(runtime.client)
+        #: why a client's smaller last batch is not padded (its steps then run eagerly)
+        self.padding_refusal = padding_refusal(runtime.client)
+        self.capture_failures: list[str] = []
+        autotune_convolutions(runtime.fabric.device)
+
+    @property
+    def steps_note(self) -> str:
+        """How the steps run, for the run's header: captured in CUDA graphs (all of them, or
+        all but those with a smaller batch, and why) or eagerly."""
+        if self.capture is None:
+            return "steps run eagerly"
+        if self.padding_refusal is None:
+            return "every step replayed from CUDA graphs, captured: all"
+        return ("steps replayed from CUDA graphs but those where a client has a smaller "
+                f"batch, which run eagerly: {self.padding_refusal}")
+
+    @property
+    def captured(self) -> str:
+        """Whether the steps of the groups trained so far ran from captures: ``all`` (every
+        step a static one, each workspace's captured after its warm-up calls), ``partly``
+        or ``none`` (the GPU benchmark's column; on a CPU only a stand-in capture, as in the
+        tests, gives anything but ``none``)."""
+        workspaces = list(self.workspaces.values())
+        if workspaces and all(w.full.captured and not w.eager_steps for w in workspaces):
+            return "all"
+        return "partly" if any(w.full.replays for w in workspaces) else "none"
+
+    def report_capture_failure(self, cause: str) -> None:
+        """Say once per cause (stderr, one line) that a step could not be captured."""
+        if cause in self.capture_failures:
+            return
+        self.capture_failures.append(cause)
+        print(f"fedlight: a batched step could not be captured in a CUDA graph ({cause}); "
+              "it runs eagerly", file=sys.stderr, flush=True)
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult]:
         """Train the tasks group by group, yielding results in task order."""
@@ -527,19 +188,20 @@ class BatchedEngine(LocalEngine):
         return self.group_size
 
     def prepare(self, task: TrainTask) -> PreparedClient:
-        """Start a participant through the runtime and draw its batches."""
+        """Start a participant through the runtime (once for its round) and draw its
+        batches."""
         runtime = self.runtime
-        generator = runtime.start(task)
+        started = runtime.begin(task)
         phases = runtime.phases()
         check_phases(runtime.client, phases)
         batches: list[list[Batch]] = []
         left = runtime.loop.max_local_steps
         for phase in phases:
-            batches.append(phase_batches(lambda: runtime.batches(task.client_id, generator),
-                                         phase, left))
+            batches.append(phase_batches(
+                lambda: runtime.batches(task.client_id, started.generator), phase, left))
             left = None if left is None else left - len(batches[-1])
         key = (schedule_signature(phases), runtime.client.batch_key())
-        return PreparedClient(task, client_state(runtime.client), phases, key, batches)
+        return PreparedClient(started, client_state(runtime.client), phases, key, batches)
 
     def train_group(self, group: Sequence[PreparedClient]) -> None:
         """Train ``group`` (one key) as one computation; on running out of device memory,
@@ -551,13 +213,13 @@ class BatchedEngine(LocalEngine):
                 raise
             self.group_size = max(1, len(group) // 2)
             self.workspaces.clear()
-            torch.cuda.empty_cache()
+            torch.cuda.empty_cache()  # does nothing where CUDA was never used
             for start in range(0, len(group), self.group_size):
                 self.train_group(group[start:start + self.group_size])
 
     def _train_group(self, group: Sequence[PreparedClient]) -> None:
         runtime = self.runtime
-        runtime.start(group[0].task)  # the live module's Python state: a member's
+        runtime.resume(group[0].started)  # the live module's Python state: a member's
         client = runtime.client
         state = {n: torch.stack([p.start[n] for p in group]) for n in group[0].start}
         after: list[Rows] = []
@@ -598,68 +260,28 @@ class BatchedEngine(LocalEngine):
         if workspace is None:
             phase = group[0].phases[index]
             workspace = Workspace(self.runtime.client, self.runtime.loop, phase, state, sample,
-                                  self.capture)
+                                  self.capture, self.padding_refusal is None,
+                                  self.report_capture_failure)
             if workspace.reusable:
                 self.workspaces[key] = workspace
         return workspace
 
     def finish(self, prepared: PreparedClient, score: bool = True) -> ClientResult:
-        """Load a trained participant into the live module (started again, so its Python
-        state is its own), take its upload after the phase that asks for it, and end its
-        round through the runtime (scored there where its task asks and ``score``)."""
+        """Load a trained participant into the live module (its round resumed, so its
+        Python state is its own), take its upload after the phase that asks for it, and end
+        its round through the runtime (scored there where its task asks and ``score``)."""
         runtime = self.runtime
-        task = prepared.task if score else replace(prepared.task, score=False)
+        started = prepared.started
+        if not score:
+            started = replace(started, task=replace(started.task, score=False))
         client = runtime.client
         client.pop_federated_logs()
-        runtime.start(task)
+        runtime.resume(started)
         load_rows(client, prepared.rows[upload_phase(prepared.phases)])
         upload = client.upload()
         load_rows(client, prepared.rows[-1])
-        return runtime.finish(task, upload, prepared.loss_sum, prepared.steps, {}, prepared.logs)
+        return runtime.finish(started, upload, prepared.loss_sum, prepared.steps, {},
+                              prepared.logs)
 
 
-def group_size_for(per_client: int, free: int, participants: int) -> int:
-    """Clients per group: as many as half the ``free`` bytes hold at ``per_client`` bytes
-    each (the rest is the allocator's slack and the evaluation's), between 1 and the
-    ``participants``."""
-    return max(1, min(participants, free // (2 * max(per_client, 1))))
-
-
-def client_bytes(client: nn.Module, batch: Tensor, data_bytes: int) -> int:
-    """Device memory one more client of a group needs, estimated: its parameters and buffers
-    six times (stacked, gradient, two optimizer moments, state before and after a phase),
-    three times the activations of one batch (kept for backward, and their gradients; the
-    outputs of every leaf module in a forward pass, margin for what a method adds) and its
-    batches (``data_bytes``)."""
-    state = sum(t.numel() * t.element_size()
-                for t in chain(client.parameters(), client.buffers()))
-    return 6 * state + 3 * activation_bytes(client, batch) + data_bytes
-
-
-def activation_bytes(client: nn.Module, batch: Tensor) -> int:
-    """Bytes of the outputs of every leaf module in one forward pass of ``batch`` (eval mode,
-    no gradient: nothing of the client changes)."""
-    total = 0
-
-    def count(module: nn.Module, inputs: Any, output: Any) -> None:
-        nonlocal total
-        if isinstance(output, Tensor):
-            total += output.numel() * output.element_size()
-
-    leaves = [m for m in client.modules() if not any(True for _ in m.children())]
-    handles = [m.register_forward_hook(count) for m in leaves]
-    training = client.training
-    try:
-        client.eval()
-        with torch.no_grad():
-            client(batch)
-    finally:
-        for handle in handles:
-            handle.remove()
-        client.train(training)
-    return total
-
-
-__all__ = ["BatchedEngine", "Workspace", "activation_bytes", "batching_refusal",
-           "client_bytes", "group_size_for", "phase_batches", "schedule_signature",
-           "scoring_refusal", "step_capture"]
+__all__ = ["BatchedEngine", "autotune_convolutions"]
