@@ -228,6 +228,7 @@ class Privatize(FederatedClient):
     """
 
     batchable = True  # its paths follow the way string, the same for every client
+    sample_weighted = True  # its cross-entropies are means over the real samples
 
     def __init__(
         self,
@@ -323,7 +324,7 @@ class Privatize(FederatedClient):
         """Sum of the cross-entropies of the outputs (one or two)."""
         x, y = batch
         outputs = self.path_outputs(x)
-        losses = [F.cross_entropy(o, y) for o in outputs]
+        losses = [self.cross_entropy(o, y) for o in outputs]
         loss = losses[0] if len(losses) == 1 else losses[0] + losses[1]
         if len(losses) == 2:
             self.log("ce/shared_path", losses[0])
