@@ -61,7 +61,7 @@ def wait_for(condition, what):
         time.sleep(0.01)
 
 
-def stand_in_run(config_file: str, resume: bool) -> dict:
+def stand_in_run(config_file: str, resume: bool, *_: object) -> dict:
     """Stands in for a cell's run in its trial's process: writes metrics.csv round by round
     (the value VALUES[lr]) and summary.json, and appends its lr to calls.txt. A run whose lr
     is named in ``hold.txt`` waits after its first round until a signal stops it (SIGTERM
@@ -278,7 +278,9 @@ def test_one_search_runs_in_a_folder_and_a_study_keeps_its_metric(tmp_path, stan
     path = search(tmp_path, n_trials=1, enqueue=[{LR: 0.3}])
     out = tmp_path / "out"
     run_search(path, out)
-    capsys.readouterr()
+    assert ("search sweep/FedAvg: 1 of 1 trials done, 0 running, 0 left, ETA 0s"
+            in capsys.readouterr().out)
+    assert not (out / "search.lock").exists()  # a finished search leaves no lock
     with exclusive(out), pytest.raises(SystemExit):  # a search already runs there
         run_search(path, out, "--trials", "2")
     assert (f"error: another fedlight sweep is running the search in '{out}'"

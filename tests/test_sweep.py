@@ -146,11 +146,11 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_cells(tmp_path, monk
     real_run = runner.run_cell
     calls = []
 
-    def stop_at_second(config_file, resume):
+    def stop_at_second(config_file, resume, *rest):
         calls.append(config_file)
         if len(calls) == 2:  # the sweep is killed while its second run starts
             raise KeyboardInterrupt
-        return real_run(config_file, resume)
+        return real_run(config_file, resume, *rest)
 
     monkeypatch.setattr(runner, "run_cell", stop_at_second)
     with pytest.raises(SystemExit) as stop:
@@ -181,7 +181,7 @@ def wait_for(path: Path) -> None:
         time.sleep(0.01)
 
 
-def start_then_interrupt_the_sweep(config_file: str, resume: bool) -> dict:
+def start_then_interrupt_the_sweep(config_file: str, resume: bool, *_: object) -> dict:
     """A cell (run in a pool worker) that marks that it started. Once JOBS cells have started
     (every worker busy), one of them interrupts the sweep's process as Ctrl-C would; each
     then waits until that process has taken the interrupt (its handler writes ``released``)
@@ -310,7 +310,7 @@ def test_per_client_scores_are_on_in_every_cell_and_out_of_the_cache_key():
     assert CELL_TRAINER_OPTIONS["per_client_scores"] is True
 
 
-def crash_one_cell_while_another_runs(config_file: str, resume: bool) -> dict:
+def crash_one_cell_while_another_runs(config_file: str, resume: bool, *_: object) -> dict:
     """Two cells (pool workers): the first to start crashes with a bug (not a user error) once
     both have started; the other ends only once the sweep's process has learnt of that crash
     (``crash-known``), so it is still running then."""
@@ -348,3 +348,76 @@ def test_a_crashing_cell_stops_the_sweep_after_recording_the_cells_still_running
     assert len(records) == 1  # the cell running beside the crash, and no cell started after
     assert len(list((out / "runs").glob("*.started"))) == JOBS
     assert json.loads(records[0].read_text())["error"] is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_sweeps_progress_counts_runs_done_running_and_left_with_an_eta():
+    clock = Clock()
+    progress = execute.SweepProgress(10, clock=clock)
+    assert progress.line(0, 2) == "sweep: 0 of 10 runs done, 2 running, 8 left, ETA -"
+    clock.now = 60.0  # two runs a minute with two at a time: 8 to go take 4 minutes
+    assert progress.line(2, 2) == "sweep: 2 of 10 runs done, 2 running, 6 left, ETA 4:00"
+    assert progress.line(10, 0) == "sweep: 10 of 10 runs done, 0 running, 0 left, ETA 0s"
+
+
+def test_a_sweep_prints_its_progress_as_each_run_ends(tmp_path, monkeypatch, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg", "Local"]})
+    monkeypatch.setattr(runner, "run_cell", lambda *args: {"wall": 1.0, "cpu": 1.0,
+                                                           "error": None})
+    with pytest.raises(SystemExit):  # the stand-in writes no run files to table
+        main(["sweep", str(path), "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "sweep: 1 of 2 runs done, 0 running, 1 left, ETA " in out
+    assert "sweep: 2 of 2 runs done, 0 running, 0 left, ETA 0s" in out
+
+
+def test_an_interrupted_sweep_says_to_rerun_the_same_command(tmp_path, monkeypatch, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg", "Local"]})
+    out = tmp_path / "out"
+    given = []
+
+    def stopped_run(config_file, resume, resume_command=None):
+        given.append(resume_command)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_cell", stopped_run)
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", str(path), "--out", str(out)])
+    assert stop.value.code == 130
+    command = f"fedlight sweep {path} --out {out}"
+    assert (f"sweep: stopped; finished runs are kept and stopped runs resume from their last "
+            f"checkpoint; resume with the same command: {command}") in capsys.readouterr().err
+    assert given == [f"{command} (the same sweep command; it resumes this run from its "
+                     "checkpoint)"]  # what the stopped run prints after its resume with:
+
+
+def test_a_stopped_run_of_a_sweep_names_the_sweeps_command(tmp_path, capsys):
+    from fedlight.clients import FedAvg
+    from fedlight.federation.callbacks import RoundCallback
+    from tests.conftest import make_client, tiny_data, tiny_trainer
+
+    class CtrlC(RoundCallback):
+        def on_round_end(self, trainer, client, round_idx, metrics):
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop after this round
+
+    trainer = tiny_trainer(tmp_path, rounds=3, callbacks=[CtrlC()])
+    trainer.resume_command = "fedlight sweep s.yaml"
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(make_client(FedAvg), tiny_data())
+    assert "resume with: fedlight sweep s.yaml" in capsys.readouterr().err
+
+
+def test_callbacks_and_wandb_labels_leave_the_cache_key_unchanged():
+    before = {"model": {"class_path": "FedAvg"}, "trainer": {"rounds": 3, "seed": 0}}
+    unset = {**before, "trainer": {**before["trainer"], "callbacks": None,
+                                   "wandb_labels": {"method": "FedAvg"}}}
+    stopping = {**before, "trainer": {**before["trainer"], "callbacks": [
+        {"class_path": "EarlyStopping", "init_args": {"monitor": "train_loss"}}]}}
+    assert cache_key(unset) == cache_key(before) != cache_key(stopping)

@@ -247,7 +247,8 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
         options.wandb_group or f"{method}-{datamodule.source}-{datamodule.partition}",
         options.wandb_project, options.progress_bar, options.verbose, options.report_last,
         options.per_client_scores,
-        datamodule.client_names() if options.per_client_scores else None)
+        datamodule.client_names() if options.per_client_scores else None,
+        options.wandb_labels)
     if isinstance(engine, ChosenEngine):
         engine.record = lambda record: writer.opened.write_json(CHOICE_FILE, record)
     return Run(model, datamodule, rule, dist, population, runtime, evaluator, engine,

@@ -89,6 +89,8 @@ class TrainerOptions:
         wandb_project: W&B project (offline when no API key is set).
         wandb_group: W&B group of the run; default <method>-<source>-<partition> (fedlight
             sweep groups its runs under the sweep's name).
+        wandb_labels: W&B config keys that label the run, each also a ``key=value`` tag
+            (fedlight sweep labels its runs with sweep, method, setting and seed).
         checkpoint_every: write checkpoints/last.ckpt every this many rounds (and at the end).
         progress_bar: show a progress bar over rounds.
         verbose: print the partition table and the final summary table.
@@ -178,6 +180,7 @@ class TrainerOptions:
         logger: LoggerName | list[LoggerName] | bool = "csv",
         wandb_project: str = "fedlight",
         wandb_group: str | None = None,
+        wandb_labels: dict[str, str | int | float] | None = None,
         checkpoint_every: int = 10,
         progress_bar: bool = True,
         verbose: bool = True,
@@ -218,6 +221,7 @@ class TrainerOptions:
         self.default_root_dir, self.run_name = Path(default_root_dir), run_name
         self.loggers = normalize_loggers(logger)
         self.wandb_project, self.wandb_group = wandb_project, wandb_group
+        self.wandb_labels = dict(wandb_labels or {})
         self.checkpoint_every = checkpoint_every
         self.progress_bar, self.verbose = progress_bar, verbose
         self.probes = list(probes or [])

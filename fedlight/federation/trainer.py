@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
@@ -143,8 +144,10 @@ class FederatedTrainer(TrainerOptions):
                               f"{stopped['round']} ({stopped['reason']}); start a new run "
                               "(without ckpt_path) to train it further")
         header = self.run_config or to_yaml(config)
+        # the loggers get the full configuration where the CLI resolved one
+        logged = yaml.safe_load(self.run_config) if self.run_config else config
         run.writer.open(file, lambda folder: write_header(folder, header, datamodule, run.notes,
-                                                          self.verbose), config)
+                                                          self.verbose), logged)
         try:
             if checkpoint:
                 self.rounds_done = self.rounds_saved = run.restore(checkpoint)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shlex
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import fedlight.sweep
@@ -50,11 +53,13 @@ def main(argv: list[str]) -> None:
     sweep = load_sweep(options.sweep, options)
     out = Path(options.out or Path("sweeps") / sweep.name)
     command = "fedlight sweep " + " ".join(argv)
+    resume = shlex.join(["fedlight", "sweep", *argv])
     if sweep.search is not None:
         if options.report_only:
             raise SweepError("--report-only applies to grids; a search writes its tables "
                              "whenever it is resumed")
-        run_search_command(sweep, out, options.jobs, options.dry_run, command)
+        with saying_how_to_resume(resume, "finished trials are kept"):
+            run_search_command(sweep, out, options.jobs, options.dry_run, command, resume)
         return
     started, cpu_started = time.perf_counter(), cpu_seconds()
     planned = plan_sweep(sweep, out)
@@ -68,10 +73,27 @@ def main(argv: list[str]) -> None:
         planned, sections = ended_runs(planned, out)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        run_cells(planned, options.jobs)
+        with saying_how_to_resume(resume, "finished runs are kept"):
+            run_cells(planned, options.jobs, resume_hint(resume))
     path = write_results(sweep, planned, out, command, time.perf_counter() - started,
                          cpu_seconds() - cpu_started, sections=sections)
     print(f"wrote {path}, {out / 'results.csv'} and {out / 'runs.csv'}", file=sys.stderr)
+
+
+def resume_hint(command: str) -> str:
+    """What a run of the sweep stopped part-way says resumes it: the same sweep command."""
+    return f"{command} (the same sweep command; it resumes this run from its checkpoint)"
+
+
+@contextlib.contextmanager
+def saying_how_to_resume(command: str, kept: str) -> Iterator[None]:
+    """On Ctrl-C (or SIGTERM) during a sweep, one line on stderr: how to resume it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"sweep: stopped; {kept} and stopped runs resume from their last checkpoint; "
+              f"resume with the same command: {command}", file=sys.stderr, flush=True)
+        raise
 
 
 def ended_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[str]]:
@@ -87,7 +109,8 @@ def ended_runs(planned: list[Planned], out: Path) -> tuple[list[Planned], list[s
                    "failed); the rest have not started or are still running.", ""]
 
 
-def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str) -> None:
+def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, command: str,
+                       resume: str | None = None) -> None:
     """Run (or resume) the sweep's search and write its tables; with ``dry_run``, check it
     and list its studies."""
     from fedlight.sweep import search  # Optuna is imported by searches only
@@ -99,7 +122,7 @@ def run_search_command(sweep: Sweep, out: Path, jobs: int, dry_run: bool, comman
             print(f"study {search.study_name(sweep, method, setting)}: "
                   f"{sweep.search.n_trials} trials over {', '.join(sweep.search.space)}")
         return
-    search.run_search(sweep, out, jobs)
+    search.run_search(sweep, out, jobs, resume_hint(resume or command))
     sections = search.write_trials_csv(sweep, out)
     planned, trials = search.finished_runs(sweep, out)
     path = write_results(sweep, planned, out, command, time.perf_counter() - started,

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from fedlight.core.files import atomic_write
+from fedlight.federation.outputs.progress import Clock, eta
 from fedlight.sweep import runner
 from fedlight.sweep.plan import Planned
 
@@ -71,8 +72,35 @@ def announce_crash(running: int) -> None:
           flush=True)
 
 
-def run_cells(planned: Sequence[Planned], jobs: int) -> int:
-    """Run every unfinished cell, ``jobs`` at a time; returns how many ran."""
+class SweepProgress:
+    """The line printed as each of ``total`` runs (or trials) ends: how many are done, running
+    and left, and the ETA at the pace of those done so far (parallel runs included).
+
+    Args:
+        total: the runs to run in this process.
+        prefix: what the line starts with (``sweep``, ``search <study>``).
+        noun: what is counted (runs, trials).
+        clock: seconds.
+    """
+
+    def __init__(self, total: int, prefix: str = "sweep", noun: str = "runs",
+                 clock: Clock = time.perf_counter) -> None:
+        self.total, self.prefix, self.noun, self.clock = total, prefix, noun, clock
+        self.started = clock()
+
+    def line(self, done: int, running: int) -> str:
+        left = max(self.total - done - running, 0)
+        return (f"{self.prefix}: {done} of {self.total} {self.noun} done, {running} running, "
+                f"{left} left, {eta(self.clock() - self.started, done, running + left)}")
+
+    def report(self, done: int, running: int) -> None:
+        print(self.line(done, running), flush=True)
+
+
+def run_cells(planned: Sequence[Planned], jobs: int, resume_command: str | None = None,
+              clock: Clock = time.perf_counter) -> int:
+    """Run every unfinished cell, ``jobs`` at a time, with a progress line as each ends;
+    returns how many ran. ``resume_command`` is what a stopped cell says resumes it."""
     todo = []
     for item in planned:
         resume = prepare(item)
@@ -80,9 +108,11 @@ def run_cells(planned: Sequence[Planned], jobs: int) -> int:
             todo.append((item, resume))
     print(f"sweep: {len(planned)} runs, {len(planned) - len(todo)} cached, {len(todo)} to run "
           f"({jobs} at a time)", flush=True)
+    progress = SweepProgress(len(todo), clock=clock)
     if jobs == 1:
-        for item, resume in todo:
-            finish(item, runner.run_cell(str(item.config_file), resume))
+        for done, (item, resume) in enumerate(todo, 1):
+            finish(item, runner.run_cell(str(item.config_file), resume, resume_command))
+            progress.report(done, 0)
         return len(todo)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=process_context(),
                              initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
@@ -94,21 +124,25 @@ def run_cells(planned: Sequence[Planned], jobs: int) -> int:
 
         def hand_over(count: int) -> None:
             for item, resume in itertools.islice(waiting, count):
-                futures[pool.submit(runner.run_cell, str(item.config_file), resume)] = item
+                futures[pool.submit(runner.run_cell, str(item.config_file), resume,
+                                    resume_command)] = item
 
         hand_over(jobs)
         crash: BaseException | None = None
+        ended = 0
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
                 item, failure = futures.pop(future), future.exception()
                 if failure is None:
                     finish(item, future.result())
+                    ended += 1
                 else:
                     crash = crash or failure
                     announce_crash(len(futures))
             if crash is None:
                 hand_over(len(done))
+                progress.report(ended, len(futures))
         # A cell that crashed (not a user error: that is a failed cell's record) stops the
         # sweep, but only after the cells already running have finished and been recorded:
         # a finished run without its record could not be resumed (nothing left to train).

@@ -22,7 +22,8 @@ CELL_TRAINER_OPTIONS: dict[str, Any] = {"progress_bar": False, "verbose": False,
                                         "per_client_scores": True}
 #: Entries that say where and how a run reports, not what it computes: left out of the key.
 OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
-               "trainer.wandb_project", "trainer.wandb_group", "trainer.checkpoint_every",
+               "trainer.wandb_project", "trainer.wandb_group", "trainer.wandb_labels",
+               "trainer.checkpoint_every",
                "data.root", "data.download", "ckpt_path",
                *(f"trainer.{key}" for key in CELL_TRAINER_OPTIONS))
 #: Options added after sweeps were cached, at the value that computes what runs computed
@@ -31,7 +32,8 @@ NEUTRAL_DEFAULTS = {"trainer.batched_clients": "auto", "trainer.cuda_graphs": Tr
                     "data.balanced": True, "data.augment": None,
                     "data.first_per_class": None, "data.surplus_train": "drop",
                     "trainer.max_local_steps": None, "trainer.random_join_ratio": False,
-                    "trainer.report_last": 10, "trainer.drop_last": False}
+                    "trainer.report_last": 10, "trainer.drop_last": False,
+                    "trainer.callbacks": None}
 
 
 def get(config: Mapping[str, Any], dotted: str) -> Any:
@@ -102,8 +104,10 @@ def plan_cell(cell: Cell, out: Path, group: str) -> Planned:
     stem = "-".join(_safe(part) for part in (cell.method, cell.row) if part)
     name = f"{stem}-s{cell.seed}-{cache_key(config)}" if stem else (
         f"s{cell.seed}-{cache_key(config)}")
+    # W&B groups a sweep's runs under its name and labels each (config keys and tags)
+    labels = {"sweep": group, "method": cell.method, "setting": cell.row, "seed": cell.seed}
     config["trainer"].update(default_root_dir=str(runs), run_name=name, wandb_group=group,
-                             **CELL_TRAINER_OPTIONS)
+                             wandb_labels=labels, **CELL_TRAINER_OPTIONS)
     return Planned(cell, config, name, runs)
 
 

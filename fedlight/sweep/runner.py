@@ -42,9 +42,11 @@ def _fit_parser() -> Any:
     return run_parser()
 
 
-def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
+def run_cell(config_file: str, resume: bool, resume_command: str | None = None
+             ) -> dict[str, Any]:
     """Run one cell's ``fedlight fit`` in this process; its wall and CPU seconds, and the
-    one-line error where it failed (a diverged run is a result, not a crash)."""
+    one-line error where it failed (a diverged run is a result, not a crash).
+    ``resume_command`` is what a stopped run says resumes it (the sweep's own command)."""
     from fedlight.config import read_config
     from fedlight.errors import USER_ERRORS, user_message
 
@@ -54,6 +56,7 @@ def run_cell(config_file: str, resume: bool) -> dict[str, Any]:
         with _quiet_cli():
             run = read_config(config_file, ["--ckpt_path", "last"] if resume else [])
             run.trainer.command = f"fedlight fit -c {config_file}"
+            run.trainer.resume_command = resume_command
             run.trainer.fit(run.model, run.datamodule, ckpt_path=run.ckpt_path,
                             server=run.server)
     except USER_ERRORS as failure:

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import BaseTrial, TrialState
 
 from fedlight.core.files import csv_number
-from fedlight.sweep.execute import finish
+from fedlight.sweep.execute import SweepProgress, finish
 from fedlight.sweep.plan import Planned, check_validation_split, plan_cell
 from fedlight.sweep.search_spec import SearchSpec
 from fedlight.sweep.spec import Cell, Sweep, SweepError
@@ -58,14 +58,19 @@ def check_search(sweep: Sweep, out: Path) -> None:
 @contextlib.contextmanager
 def exclusive(out: Path) -> Iterator[None]:
     """Hold the search's lock: its running trials are this process's, so that a trial the
-    storage holds as running is one a stopped or killed search left behind."""
-    with (out / LOCK_FILE).open("w") as handle:
+    storage holds as running is one a stopped or killed search left behind. The lock file
+    goes when the search ends (finished or stopped; a killed search leaves it, unlocked)."""
+    path = out / LOCK_FILE
+    with path.open("w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise SweepError(f"another fedlight sweep is running the search in {str(out)!r}; "
                              "wait for it to end") from None
-        yield
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while still locked: no other search holds it yet
 
 
 def open_study(sweep: Sweep, out: Path, name: str) -> optuna.Study:
@@ -126,8 +131,10 @@ def _short(value: Any) -> str:
 class StudyRunner:
     """One study's trials run ``jobs`` at a time until n_trials have finished."""
 
-    def __init__(self, sweep: Sweep, out: Path, method: str, setting: str) -> None:
+    def __init__(self, sweep: Sweep, out: Path, method: str, setting: str,
+                 resume_command: str | None = None) -> None:
         self.sweep, self.out, self.method, self.setting = sweep, out, method, setting
+        self.resume_command = resume_command
         self.spec: SearchSpec = sweep.search
         self.name = study_name(sweep, method, setting)
         self.study = open_study(sweep, out, self.name)
@@ -139,6 +146,9 @@ class StudyRunner:
         done = finished_trials(self.study)
         print(f"search {self.name}: {done} of {self.spec.n_trials} trials finished "
               f"({jobs} at a time)", flush=True)
+        first = done
+        progress = SweepProgress(max(self.spec.n_trials - first, 0), f"search {self.name}",
+                                 "trials")
         running: list[TrialRun] = []
         try:
             while True:
@@ -152,6 +162,7 @@ class StudyRunner:
                     if self.advance(run):
                         running.remove(run)
                         done = finished_trials(self.study)
+                        progress.report(done - first, len(running))
         except BaseException as error:
             # On Ctrl-C every run got the signal too and is saving its round; on a fault,
             # the runs are asked to stop. Either way no run is left behind.
@@ -166,7 +177,7 @@ class StudyRunner:
         cell = trial_cell(self.sweep, self.method, self.setting, trial)
         item = plan_cell(cell, self.out, self.sweep.name)
         trial.set_user_attr("run", item.name)
-        return TrialRun.start(item, trial)
+        return TrialRun.start(item, trial, self.resume_command)
 
     def advance(self, run: TrialRun) -> bool:
         """Report the trial's new rounds (pruning it where the pruner says so); True when its
@@ -240,14 +251,15 @@ class StudyRunner:
             self.study.tell(run.trial, best)
 
 
-def run_search(sweep: Sweep, out: Path, jobs: int) -> None:
-    """Run (or resume) the sweep's studies one after another, ``jobs`` trials at a time."""
+def run_search(sweep: Sweep, out: Path, jobs: int, resume_command: str | None = None) -> None:
+    """Run (or resume) the sweep's studies one after another, ``jobs`` trials at a time
+    (``resume_command``: what a stopped trial's run says resumes it)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours
     check_search(sweep, out)
     out.mkdir(parents=True, exist_ok=True)
     with exclusive(out):
         for method, setting in studies(sweep):
-            StudyRunner(sweep, out, method, setting).run(jobs)
+            StudyRunner(sweep, out, method, setting, resume_command).run(jobs)
 
 
 def stored_studies(sweep: Sweep, out: Path) -> Iterator[tuple[str, str, optuna.Study]]:

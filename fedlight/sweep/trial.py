@@ -43,7 +43,7 @@ def complete_rows(path: Path) -> list[dict[str, str]]:
 
 
 def _run_in_process(config_file: str, resume: bool, log_file: str, parent: int,
-                    results: Connection) -> None:
+                    results: Connection, resume_command: str | None = None) -> None:
     """The trial's process: its run's output to ``log_file``, its result (runner.run_cell's,
     or ``stopped`` when a signal stopped the run) sent to the search."""
     exit_with_parent(parent)
@@ -52,7 +52,7 @@ def _run_in_process(config_file: str, resume: bool, log_file: str, parent: int,
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     try:
-        result = runner.run_cell(config_file, resume)
+        result = runner.run_cell(config_file, resume, resume_command)
     except KeyboardInterrupt:  # the search stopped it (pruned), or Ctrl-C
         result = {"stopped": True, "error": None}
     results.send(result)
@@ -71,9 +71,9 @@ class TrialRun:
     pruned_at: int | None = None
 
     @classmethod
-    def start(cls, item: Planned, trial: Trial) -> TrialRun:
+    def start(cls, item: Planned, trial: Trial, resume_command: str | None = None) -> TrialRun:
         """Start the cell's run (resumed from its checkpoint where it has one), unless the
-        cell has a record."""
+        cell has a record (``resume_command``: what the run says resumes it if stopped)."""
         run = cls(item, trial)
         resume = prepare(item)
         if resume is None:
@@ -85,7 +85,7 @@ class TrialRun:
             stream.flush()
         log = item.runs / f"{item.name}.log"
         run.process = context.Process(target=_run_in_process, args=(
-            str(item.config_file), resume, str(log), os.getpid(), sender))
+            str(item.config_file), resume, str(log), os.getpid(), sender, resume_command))
         run.process.start()
         sender.close()  # the child's end: a child gone without a result reads as EOF here
         return run

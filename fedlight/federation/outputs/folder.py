@@ -86,9 +86,10 @@ class CsvLog:
 class RunFolder:
     """Everything a run writes, under ``<root>/<name>/``."""
 
-    def __init__(self, path: Path, loggers: Sequence[str], group: str, wandb_project: str) -> None:
+    def __init__(self, path: Path, loggers: Sequence[str], group: str, wandb_project: str,
+                 labels: Mapping[str, Any] | None = None) -> None:
         self.path = path
-        self.loggers = Loggers(loggers, path, group, wandb_project)
+        self.loggers = Loggers(loggers, path, group, wandb_project, labels)
         self.metrics = CsvLog(path / "metrics.csv", HEADLINE_COLUMNS)
         self.client_rounds = CsvLog(path / CLIENT_ROUNDS, CLIENT_HEADLINE)
 

@@ -34,18 +34,21 @@ class RunWriter:
         report_last: the summary's ``mean_last_*`` window (evaluated rounds).
         client_rows: write per_client_rounds.csv (trainer.per_client_scores).
         client_names: each client's domain or group name, where the data has them.
+        wandb_labels: W&B config keys (and tags) labelling the run (a sweep's method, setting
+            and seed).
     """
 
     def __init__(self, dist: Distributed, root: Path, run_name: str, loggers: list[str],
                  group: str, wandb_project: str, progress_bar: bool, verbose: bool,
                  report_last: int = MEAN_LAST_ROUNDS, client_rows: bool = False,
-                 client_names: Sequence[str | None] | None = None) -> None:
+                 client_names: Sequence[str | None] | None = None,
+                 wandb_labels: Mapping[str, Any] | None = None) -> None:
         self.dist = dist
         self.root, self.run_name = root, run_name
         self.loggers, self.group, self.wandb_project = loggers, group, wandb_project
         self.progress_bar, self.verbose = progress_bar, verbose
         self.report_last, self.client_rows = report_last, client_rows
-        self.client_names = client_names
+        self.client_names, self.wandb_labels = client_names, wandb_labels
         self.folder: RunFolder | None = None
 
     # ----------------------------------------------------------------- opening
@@ -59,13 +62,15 @@ class RunWriter:
     def open(self, resume_from: Path | None, write_header: Callable[[RunFolder], None],
              hyperparameters: Mapping[str, Any]) -> RunFolder:
         """A fresh folder (``<run name>``, or ``-v2``, ``-v3``... when taken) with its header,
-        or the folder of the checkpoint being resumed."""
+        or the folder of the checkpoint being resumed; its loggers started with
+        ``hyperparameters`` (the run's full configuration)."""
         if not self.dist.is_writer:  # other ranks learn rank 0's folder and write nothing
             self.folder = SilentRunFolder(self.dist.broadcast(None), [], "", self.wandb_project)
             return self.folder
         path = resume_from.parent.parent if resume_from is not None else self._claim_fresh_folder()
         path = self.dist.broadcast(path)
-        self.folder = RunFolder(path, self.loggers, self.group, self.wandb_project)
+        self.folder = RunFolder(path, self.loggers, self.group, self.wandb_project,
+                                self.wandb_labels)
         if resume_from is None:
             self.folder.create()
             try:
@@ -110,11 +115,13 @@ class RunWriter:
 
     def append(self, row: dict[str, Any],
                client_scores: Mapping[int, Mapping[str, Score]] | None = None) -> None:
-        """Write an evaluated round's row and, with ``client_rows``, its clients' scores."""
+        """Write an evaluated round's row and, with ``client_rows``, its clients' scores (also
+        a W&B table at the round)."""
         self.opened.append_row(row)
         if self.client_rows and client_scores:
-            self.opened.append_client_rows(
-                client_score_rows(row["round"], client_scores, self.client_names))
+            rows = client_score_rows(row["round"], client_scores, self.client_names)
+            self.opened.append_client_rows(rows)
+            self.opened.loggers.log_table("per_client_scores", rows, int(row["round"]))
 
     def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> None:
         if self.dist.is_writer:
@@ -131,9 +138,11 @@ class RunWriter:
         folder.write_json("summary.json", summary)
         folder.write_json("per_client.json", per_client)
         plot_curves(history, folder.path / "accuracy.png", folder.path.name)
+        last_round = int(history[-1]["round"]) if history else 0
         folder.loggers.log_images({"accuracy": folder.path / "accuracy.png",
-                           "partition": folder.path / "partition.png"})
-        folder.loggers.log_table("per_client_accuracy", per_client)
+                                   "partition": folder.path / "partition.png"}, last_round)
+        folder.loggers.log_table("per_client_accuracy", per_client, last_round)
+        folder.loggers.log_summary(summary)
         if self.verbose:
             print(final_table(summary))
         return summary
