@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TEMPLATES = ROOT / "benchmarks" / "templates"
 PAPER_VALUES = RESULTS / "paper_values.csv"
-FIELD = re.compile(r"\{\{([\w.:-]+)\}\}")
+FIELD = re.compile(r"\{\{(.+?)\}\}")
 SETTING = re.compile(r"\{\{setting:([\d.]+)\}\}")  # a setting of the run, printed as written
 
 Fields = dict[str, str]
@@ -132,12 +132,72 @@ def render(name: str) -> str:
     template = (TEMPLATES / f"{name}.md").read_text()
     fields = GENERATORS[name]()
     fields.update({f"setting:{value}": value for value in SETTING.findall(template)})
-    used = set(FIELD.findall(template))
-    missing, unused = used - fields.keys(), fields.keys() - used
-    if missing or unused:
-        raise KeyError(f"{name}: template fields without a value {sorted(missing)}, values "
-                       f"without a field {sorted(unused)}")
+    for expression in set(FIELD.findall(template)) - fields.keys():
+        if not LOOKUP.match(expression):
+            raise KeyError(f"{name}: the template's field {{{{{expression}}}}} has no value")
+        fields[expression] = lookup(RESULTS / name / "runs.csv", expression)
     return FIELD.sub(lambda m: fields[m.group(1)], template)
+
+
+# A field that reads the results folder's runs.csv directly: KIND:ARGUMENTS[|DIGITS], where a
+# method is written METHOD or METHOD@SETTING and a column is a runs.csv column; accuracies
+# (fractions in the file) are printed in %, seconds as they are.
+#   m:METHOD:COLUMN       the mean over its runs          pm:METHOD:COLUMN  mean ± sample std
+#   std:METHOD:COLUMN     the sample std                  n:METHOD:COLUMN   the number of runs
+#   d:A:B:COLUMN          A's mean minus B's              sd:A:B:COLUMN     the same, signed
+#   cmp:A:B:COLUMN        "above", "below" or "equal to"  min:/max:COLUMN:A,B,...  the extreme
+#   rank:COLUMN:A,B,...   "A x > B y > ..." in the data's order (">" for ties too: "=")
+#   paper:PAPER:METHOD:SETTING   paper_values.csv's number, as the paper prints it
+LOOKUP = re.compile(r"^(m|pm|std|n|d|sd|cmp|min|max|rank|paper):(.+?)(?:\|(\d))?$")
+UNSCALED = ("wall s / run", "CPU s / run", "CV", "rounds", "seed")
+
+
+def lookup(runs_file: Path, expression: str) -> str:
+    """The value of one LOOKUP field."""
+    kind, arguments, digits = LOOKUP.match(expression).groups()
+    places = int(digits) if digits else 2
+    parts = arguments.split(":")
+    if kind == "paper":
+        return paper_digits(*parts)
+    runs = read_csv(runs_file)
+
+    def values(method: str, column: str) -> list[float]:
+        name, _, setting = method.partition("@")
+        scale = 1 if column in UNSCALED else 100
+        found = [scale * float(r[column]) for r in runs if r["method"] == name
+                 and (not setting or r["setting"] == setting) and r[column] not in ("", "None")]
+        if not found:
+            raise KeyError(f"{runs_file}: no {column!r} of {method!r}")
+        return found
+
+    def mean(method: str, column: str) -> float:
+        return statistics.fmean(values(method, column))
+
+    if kind in ("m", "std", "n", "pm"):
+        method, column = parts
+        found = values(method, column)
+        return {"m": lambda: f"{statistics.fmean(found):.{places}f}",
+                "std": lambda: f"{statistics.stdev(found):.{places}f}",
+                "n": lambda: str(len(found)),
+                "pm": lambda: f"{statistics.fmean(found):.{places}f} ± "
+                              f"{statistics.stdev(found):.{places}f}"}[kind]()
+    if kind in ("d", "sd", "cmp"):
+        first, second, column = parts
+        gap = mean(first, column) - mean(second, column)
+        if kind == "cmp":
+            return compared(gap, 0)
+        return f"{gap:+.{places}f}" if kind == "sd" else f"{gap:.{places}f}"
+    column, methods = parts[0], parts[1].split(",")
+    ordered = sorted(methods, key=lambda m: -mean(m, column))
+    if kind == "rank":
+        printed = [f"{mean(m, column):.{places}f}" for m in ordered]
+        text = f"{ordered[0].split('@')[0]} {printed[0]}"
+        for index in range(1, len(ordered)):
+            sign = "=" if printed[index] == printed[index - 1] else ">"
+            text += f" {sign} {ordered[index].split('@')[0]} {printed[index]}"
+        return text
+    extreme = ordered[0] if kind == "max" else ordered[-1]
+    return f"{mean(extreme, column):.{places}f}"
 
 
 def results_path(name: str) -> Path:
@@ -447,6 +507,82 @@ WAYS = {"AB": "all shared (FedAvg)", "aB": "private encoder", "ab": "all private
 PRIVATIZE_PAPER_LR_GRID = "{0.01, 0.03, 0.05}"
 
 
+def privatize_table(runs: list[dict[str, str]]) -> str:
+    """The ways' table of a where-to-privatize sweep (accuracies in %, mean ± sample std)."""
+    def values(way: str, column: str) -> list[float]:
+        return [v for r in runs if r["method"] == way for v in [number(r[column])]
+                if v is not None]
+
+    columns = ["last global", "best global", "best personalized", "last personalized",
+               "mean last-10 personalized"]
+    return table(
+        ["way", "meaning", "aggregation, last", "aggregation, best", "personalization, best",
+         "personalization, last", "personalization, mean last-10", "CPU s / run"],
+        "llrrrrrr",
+        [[w, meaning, *(mean_std(values(w, c)) if values(w, c) else "-" for c in columns),
+          f"{statistics.fmean(values(w, 'CPU s / run')):.0f}"] for w, meaning in WAYS.items()])
+
+
+def cifar10_privatize() -> Fields:
+    runs = read_csv(RESULTS / "cifar10_privatize" / "runs.csv")
+
+    def values(way: str, column: str) -> list[float]:
+        return [100 * v for r in runs if r["method"] == way for v in [number(r[column])]
+                if v is not None]
+
+    def mean(way: str, column: str) -> float:
+        return statistics.fmean(values(way, column))
+
+    best = "best personalized"
+    private = ["ab", "aB"]
+    shared = [w for w in WAYS if w not in private]
+    ordered = sorted(WAYS, key=lambda w: mean(w, best))
+    fields: Fields = {"table": privatize_table(runs), "runs": str(len(runs)),
+                      "cpu_minutes": f"{sum(float(r['CPU s / run']) for r in runs) / 60:.1f}",
+                      "paper_lr_grid": PRIVATIZE_PAPER_LR_GRID,
+                      "seeds": str(len({r["seed"] for r in runs}))}
+    fields["private_order"] = ('"ab" (Local) is last and "aB" next to it'
+                               if ordered[:2] == private else
+                               "the two private-encoder ways are not the last two")
+    lowest_shared = min(shared, key=lambda w: mean(w, best))
+    low = mean(lowest_shared, best) - max(mean(w, best) for w in private)
+    high = max(mean(w, best) for w in shared) - min(mean(w, best) for w in private)
+    fields["encoder_gap"] = f"{low:.1f}-{high:.1f}"
+    fields["encoder_gap_low"] = f"{low:.1f} under the lowest of them, {lowest_shared}"
+    last10 = "mean last-10 personalized"
+    first = {max(WAYS, key=lambda w: mean(w, c)) for c in (best, last10)}
+    fields["abb_first"] = "first" if first == {"ABb"} else "not first in both"
+    autos = ["AutoCS", "AutoSA", "AutoHS"]
+    lowest_auto = min(autos, key=lambda w: mean(w, best))
+    fields["autohs_lowest"] = "the lowest" if lowest_auto == "AutoHS" else "not the lowest"
+    complete = [w for w in WAYS if values(w, "last global")]
+
+    def span(column: str) -> str:
+        found = [mean(w, column) for w in complete]
+        return f"{min(found):.1f}-{max(found):.1f}"
+
+    fields["aggregation_last"] = span("last global")
+    fields["aggregation_best"] = span("best global")
+    stds = {w: statistics.stdev(values(w, "last global")) for w in complete}
+    largest = max(statistics.stdev(values(w, c)) for w in complete
+                  for c in ("last global", "best global"))
+    fields["aggregation_std"] = f"{largest:.2f}"
+    steadiest = min(stds, key=stds.get)
+    fields["steadiest"] = (f'"{steadiest}" is the most stable '
+                           f"({mean_std([v / 100 for v in values(steadiest, 'last global')])})")
+    top = max(complete, key=lambda w: mean(w, "last global"))
+    fields["steadiest_best"] = ("and the best" if steadiest == top else
+                                f"but not the best ({top} {mean(top, 'last global'):.2f})")
+    same = all(values("AaBb", c) == values("AB", c) for c in ("last global", "best global"))
+    fields["aabb_equals_ab"] = "equals" if same else "differs from"
+    gaps = {w: mean("ABb", best) - mean(w, best) for w in autos}
+    ratios = [gaps[w] / max(statistics.stdev(values(w, best)),
+                            statistics.stdev(values("ABb", best))) for w in autos]
+    fields["auto_gap"] = f"{min(gaps.values()):.1f}-{max(gaps.values()):.1f}"
+    fields["auto_ratio"] = f"{min(ratios):.1f}-{max(ratios):.1f}"
+    return fields
+
+
 def cifar100_privatize() -> Fields:
     folder = RESULTS / "cifar100_privatize"
     runs = read_csv(folder / "runs.csv")
@@ -465,14 +601,7 @@ def cifar100_privatize() -> Fields:
     def cell(way: str, column: str) -> str:
         return mean_std(values(way, column)) if values(way, column) else "-"
 
-    columns = ["last global", "best global", "best personalized", "last personalized",
-               "mean last-10 personalized"]
-    fields: Fields = {"table": table(
-        ["way", "meaning", "aggregation, last", "aggregation, best", "personalization, best",
-         "personalization, last", "personalization, mean last-10", "CPU s / run"],
-        "llrrrrrr",
-        [[w, meaning, *(cell(w, c) for c in columns),
-          f"{statistics.fmean(values(w, 'CPU s / run')):.0f}"] for w, meaning in WAYS.items()])}
+    fields: Fields = {"table": privatize_table(runs)}
     fields["seeds"] = str(len(seeds))
     fields["runs"] = str(len(runs))
     fields["cpu_minutes"] = f"{sum(float(r['CPU s / run']) for r in runs) / 60:.1f}"
@@ -833,6 +962,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
     "cifar100_privatize": cifar100_privatize,
+    "cifar10_privatize": cifar10_privatize,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 

@@ -145,7 +145,6 @@ class ColumnClaim:
 
 GPFL_C10 = "cifar10_gpfl_table1"
 MAP_C10 = "cifar10_map_table"
-PRIV_C10 = "cifar10_privatize"
 GPU = RESULTS / "gpu.md"
 # GPFL's Table 1, CIFAR-100, Dirichlet 0.1 (best personalized, %), quoted in QUOTED below
 GPFL_PAPER_DIR01 = {"GPFL": 61.86, "Ditto": 52.87}
@@ -215,29 +214,6 @@ def _map_means() -> list[dict]:
 def _mean_or_none(values: list) -> float | None:
     numbers = [v for v in values if isinstance(v, float)]
     return statistics.fmean(numbers) if numbers else None
-
-
-def _privatize_encoder_gap() -> tuple:
-    best = {r["method"]: None for r in runs(PRIV_C10)}
-    for way in best:
-        best[way] = results(PRIV_C10, way, "best personalized")
-    private = [best["aB"], best["ab"]]
-    shared = [v for way, v in best.items() if way not in ("aB", "ab")]
-    return min(shared) - max(private), max(shared) - min(private)
-
-
-def _privatize_auto_gap() -> tuple:
-    best = results(PRIV_C10, "ABb", "best personalized")
-    gaps = [best - results(PRIV_C10, m, "best personalized")
-            for m in ("AutoCS", "AutoSA", "AutoHS")]
-    return min(gaps), max(gaps)
-
-
-def _privatize_aggregation_std() -> tuple:
-    with open(RESULTS / PRIV_C10 / "results.csv") as handle:
-        rows = list(csv.DictReader(handle))
-    return (max(100 * float(r[c]) for r in rows for c in ("last global std", "best global std")
-                if r[c]),)
 
 
 def _gpu_floor_ratios() -> tuple:
@@ -367,17 +343,6 @@ CLAIMS: dict[str, list[Claim | ColumnClaim]] = {
             f(100 * float(r["last personalized std"])
               for r in csv.DictReader(open(RESULTS / MAP_C10 / "results.csv"))
               if r["method"] in ("MAP", "FedRS", "FedPHP", "FedAvg")) for f in (min, max))),
-    ],
-    f"benchmarks/results/{PRIV_C10}.md": [
-        Claim("{:.1f}-{:.1f} points (best) under every way that shares the encoder",
-              _privatize_encoder_gap),
-        Claim("The Auto* methods are {:.1f}-{:.1f} points under the best way",
-              _privatize_auto_gap),
-        Claim("with seed stds up to {:.2f} points", _privatize_aggregation_std),
-        Claim("30 runs, {:.1f} CPU-minutes in all",
-              lambda: (sum(r["CPU s / run"] for r in runs(PRIV_C10)) / 60,)),
-        # 10 participants a round, 20 test images each (100 images, 80 / 20)
-        Claim("one round's value moves in steps of {:.1f} point", lambda: (100 / (10 * 20),)),
     ],
     "benchmarks/results/gpu.md": [
         Claim("took 2.085 s and 2.537 s on two of the machines: {:.0f}-{:.0f}x the floor of "
@@ -964,8 +929,6 @@ def test_a_value_agrees_only_at_its_printed_precision(printed, values, agrees_):
     ("at 1.99x FedAvg's CPU", "at 1.6x FedAvg's CPU"),
     ("within 1.27 points of its best", "within 0.6 point of its best"),
     ("GPFL scored 78.60 against FedPer's 77.60", "GPFL scored 77.96 against FedPer's 77.76"),
-    ("9.3-15.3 points (best)", "13-14 points (best)"),
-    ("2.5-5.2 points under the best way", "1.5-5 points under the best way"),
     ("61-74x the floor", "54-64x the floor"),
     ("(1.85x per round", "(1.66x per round"),
     ("FedAdam 92.0", "FedAdam 92.1"),
