@@ -249,20 +249,12 @@ class FederatedClient(L.LightningModule):
     def sample_mean(self, values: Tensor) -> Tensor:
         """The mean of ``values`` (first dimension: the batch's samples) over the real samples
         and every other dimension: ``values.mean()`` when every sample is real."""
-        weight = self.sample_weight
-        if weight is None:
-            return values.mean()
-        per_sample = values[0].numel()
-        return (self.real_samples(values).sum()
-                / (weight.to(values.dtype).sum() * per_sample))
+        return weighted_mean(values, self.sample_weight)
 
     def real_samples(self, values: Tensor) -> Tensor:
         """``values`` (first dimension: the batch's samples) with the padding's rows zeroed,
         for sums over the batch; ``values`` itself when every sample is real."""
-        weight = self.sample_weight
-        if weight is None:
-            return values
-        return values * weight.to(values.dtype).reshape(-1, *([1] * (values.dim() - 1)))
+        return weighted_samples(values, self.sample_weight)
 
     def cross_entropy(self, logits: Tensor, labels: Tensor) -> Tensor:
         """``F.cross_entropy(logits, labels)``, averaged over the real samples only."""
@@ -395,6 +387,23 @@ class FederatedClient(L.LightningModule):
 # The valid backbones in --help, as registered when the model zoo was imported.
 FederatedClient.__doc__ = (FederatedClient.__doc__ or "").replace(
     "{backbones}", ", ".join(sorted(BACKBONES)))
+
+
+def weighted_mean(values: Tensor, weight: Tensor | None) -> Tensor:
+    """The mean of ``values`` (first dimension: samples) over every dimension, each sample
+    counted ``weight`` times (1 real, 0 padding); ``values.mean()`` where ``weight`` is None."""
+    if weight is None:
+        return values.mean()
+    return (weighted_samples(values, weight).sum()
+            / (weight.to(values.dtype).sum() * values[0].numel()))
+
+
+def weighted_samples(values: Tensor, weight: Tensor | None) -> Tensor:
+    """``values`` (first dimension: samples) with each sample's row multiplied by its
+    ``weight``; ``values`` itself where ``weight`` is None."""
+    if weight is None:
+        return values
+    return values * weight.to(values.dtype).reshape(-1, *([1] * (values.dim() - 1)))
 
 
 def _outermost_init_arguments(instance: object) -> dict[str, Any]:

@@ -174,6 +174,7 @@ class GPFL(FederatedClient):
     """
 
     batchable = True  # C_hat, g and p_k are buffers built at round start
+    sample_weighted = True  # its losses are means (and one norm) over the real samples
 
     def __init__(
         self,
@@ -310,17 +311,17 @@ class GPFL(FederatedClient):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         global_features, personal_features = self.routes(x)
-        loss_p = F.cross_entropy(self.model.head(personal_features), y)
+        loss_p = self.cross_entropy(self.model.head(personal_features), y)
         loss = loss_p
         self.log("loss_p", loss_p)
         if self.use_gce:
-            loss_alg = F.cross_entropy(self.alignment_logits(global_features), y)
+            loss_alg = self.cross_entropy(self.alignment_logits(global_features), y)
             loss = loss + loss_alg
             self.log("loss_alg", loss_alg)
             if self.use_mlg:
                 # One Frobenius norm of the batch x K difference: not squared, not averaged.
                 assert self.C_hat is not None
-                loss_mlg = torch.linalg.norm(global_features - self.C_hat[y])
+                loss_mlg = torch.linalg.norm(self.real_samples(global_features - self.C_hat[y]))
                 loss = loss + self.lamda * loss_mlg
                 self.log("loss_mlg", loss_mlg)
         self.log("train_loss", loss)

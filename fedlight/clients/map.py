@@ -30,7 +30,7 @@ from fedlight.clients._restricted import RestrictedSoftmax
 from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives there now
     restricted_softmax_scales as restricted_softmax_scales,
 )
-from fedlight.clients.base import FederatedClient
+from fedlight.clients.base import FederatedClient, weighted_mean
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches
@@ -45,29 +45,38 @@ MMD_BANDWIDTH_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 # ===================================================================== pure functions
-def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
-    """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``.
+def kd_loss(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0,
+            weight: Tensor | None = None) -> Tensor:
+    """MAP's Eq. 11: ``tau^2 * mean_i KL(softmax(g_hpm,i / tau) || softmax(g_i / tau))``
+    (the mean over the samples of ``weight`` 1, where given: a padded batch).
 
     Written out from log-softmaxes (``F.kl_div`` has no vmap rule: batched clients would
     run it once per client)."""
     log_teacher = F.log_softmax(teacher_logits.detach() / tau, dim=-1)
     log_student = F.log_softmax(student_logits / tau, dim=-1)
-    divergence = (log_teacher.exp() * (log_teacher - log_student)).sum()
-    return tau * tau * divergence / student_logits.shape[0]
+    divergence = log_teacher.exp() * (log_teacher - log_student)
+    if weight is not None:
+        return tau * tau * weighted_mean(divergence.sum(-1), weight)
+    return tau * tau * divergence.sum() / student_logits.shape[0]
 
 
-def kd_loss_code(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0) -> Tensor:
-    """The KD term of the authors' released code: ``mean_i CE(softmax(g_hpm,i / tau), g_i)``.
+def kd_loss_code(student_logits: Tensor, teacher_logits: Tensor, tau: float = 4.0,
+                 weight: Tensor | None = None) -> Tensor:
+    """The KD term of the authors' released code: ``mean_i CE(softmax(g_hpm,i / tau), g_i)``
+    (over the samples of ``weight`` 1, where given).
 
     Only the teacher is softened and there is no ``tau^2``: the student's plain log-softmax
     against the teacher's softened distribution (``kd_form="code"``)."""
     teacher = F.softmax(teacher_logits.detach() / tau, dim=-1)
-    return -(teacher * F.log_softmax(student_logits, dim=-1)).sum() / student_logits.shape[0]
+    cross = teacher * F.log_softmax(student_logits, dim=-1)
+    if weight is not None:
+        return -weighted_mean(cross.sum(-1), weight)
+    return -cross.sum() / student_logits.shape[0]
 
 
 def mmd_loss(
     features: Tensor, teacher_features: Tensor,
-    bandwidth_factors: Sequence[float] = MMD_BANDWIDTH_FACTORS,
+    bandwidth_factors: Sequence[float] = MMD_BANDWIDTH_FACTORS, weight: Tensor | None = None,
 ) -> Tensor:
     """MAP's Eq. 12: squared MMD between two feature batches under a sum of Gaussian kernels.
 
@@ -75,17 +84,43 @@ def mmd_loss(
     the mean pairwise squared distance of the pooled batch (the diagonal excluded; no gradient
     flows through ``b``). The estimate is the biased (V-statistic) one,
     ``mean K(x, x') + mean K(y, y') - 2 mean K(x, y)``: zero for identical batches, positive
-    otherwise. ``teacher_features`` are detached.
+    otherwise. ``teacher_features`` are detached. With ``weight`` (1 per real sample, 0 per
+    padding) the padding's rows and columns count for nothing.
     """
     x = features.flatten(1)
     y = teacher_features.detach().flatten(1).to(x.dtype)
     pooled = torch.cat([x, y])
-    n = pooled.shape[0]
     distances = torch.cdist(pooled, pooled).pow(2)
-    bandwidth = (distances.detach().sum() / max(n * n - n, 1)).clamp_min(1e-12)
-    kernel = sum(torch.exp(-distances / (bandwidth * s)) for s in bandwidth_factors)
     b = x.shape[0]
+    if weight is not None:
+        return weighted_mmd(distances, bandwidth_factors, weight.to(x.dtype), b)
+    n = pooled.shape[0]
+    bandwidth = (distances.detach().sum() / max(n * n - n, 1)).clamp_min(1e-12)
+    kernel = gaussian_kernels(distances, bandwidth, bandwidth_factors)
     return kernel[:b, :b].mean() + kernel[b:, b:].mean() - 2 * kernel[:b, b:].mean()
+
+
+def gaussian_kernels(distances: Tensor, bandwidth: Tensor,
+                     bandwidth_factors: Sequence[float]) -> Tensor:
+    """``sum_s exp(-distances / (bandwidth * s))`` over ``bandwidth_factors``."""
+    kernel: Tensor = sum(torch.exp(-distances / (bandwidth * s)) for s in bandwidth_factors)
+    return kernel
+
+
+def weighted_mmd(distances: Tensor, bandwidth_factors: Sequence[float], weight: Tensor,
+                 b: int) -> Tensor:
+    """:func:`mmd_loss` over the real samples of a padded batch: ``distances`` of the pooled
+    ``2b`` features, ``weight`` the ``b`` samples' weights (0 or 1). Every sum and count of
+    the unweighted estimate runs over real pairs."""
+    pairs = torch.cat([weight, weight])
+    pair_weights = pairs[:, None] * pairs[None, :]
+    n = pairs.sum()
+    bandwidth = ((distances.detach() * pair_weights).sum()
+                 / (n * n - n).clamp_min(1)).clamp_min(1e-12)
+    kernel = gaussian_kernels(distances, bandwidth, bandwidth_factors) * pair_weights
+    real = weight.sum()
+    return (kernel[:b, :b].sum() + kernel[b:, b:].sum() - 2 * kernel[:b, b:].sum()) / (
+        real * real)
 
 
 def hpm_momentum(selections: int, join_ratio: float, rounds: int, mu: float = 0.9,
@@ -221,6 +256,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
     evaluate_after_local_training = True
     reads_planned_rounds = True  # HPM momentum: mu * selections / (join_ratio * T)
     batchable = True  # a_c and the HPM are buffers / parameters; whether it exists: batch_key
+    sample_weighted = True  # CE, KD and MMD over the real samples only
 
     def __init__(
         self,
@@ -367,11 +403,11 @@ class MAP(RestrictedSoftmax, FederatedClient):
         ``personalize``: ``(1 - lamda) CE + lamda L_kt`` against the HPM (CE before it exists)."""
         x, y = batch
         if self.phase != "personalize":
-            loss = F.cross_entropy(self.model(x) * self.rs_scales(), y)
+            loss = self.cross_entropy(self.model(x) * self.rs_scales(), y)
             self.log("rs_loss", loss)
             return loss
         if not (self._has_teacher and self.hpm is not None):
-            loss = F.cross_entropy(self.model(x), y)
+            loss = self.cross_entropy(self.model(x), y)
             self.log("personalize_loss", loss)
             return loss
         features = self.model.encoder(x)
@@ -381,10 +417,10 @@ class MAP(RestrictedSoftmax, FederatedClient):
             teacher_logits = self.hpm.head(teacher_features)
         if self.kt == "kd":
             kd = kd_loss if self.kd_form == "paper" else kd_loss_code
-            transfer = kd(logits, teacher_logits, self.tau)
+            transfer = kd(logits, teacher_logits, self.tau, self.sample_weight)
         else:
-            transfer = mmd_loss(features, teacher_features)
-        loss = (1.0 - self.lamda) * F.cross_entropy(logits, y) + self.lamda * transfer
+            transfer = mmd_loss(features, teacher_features, weight=self.sample_weight)
+        loss = (1.0 - self.lamda) * self.cross_entropy(logits, y) + self.lamda * transfer
         self.log("personalize_loss", loss)
         self.log("kt_loss", transfer)
         return loss
