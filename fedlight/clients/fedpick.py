@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlight.clients.base import FederatedClient
+from fedlight.clients.base import FederatedClient, weighted_mean
 from fedlight.clients.fedbn import BATCH_NORMS
 from fedlight.core.errors import ConfigError
 from fedlight.core.noise import NoiseSource
@@ -37,23 +37,25 @@ SOLO_HEADS = ("global", "personalized")
 
 
 # ===================================================================== loss terms and analyses
-def negative_entropy(logits: Tensor) -> Tensor:
-    """``L_ent`` (Eq. 12): the batch mean of ``sum_c q_c log q_c``, ``q = softmax(logits)``.
+def negative_entropy(logits: Tensor, weight: Tensor | None = None) -> Tensor:
+    """``L_ent`` (Eq. 12): the batch mean of ``sum_c q_c log q_c``, ``q = softmax(logits)``
+    (over the samples of ``weight`` 1, where given: a padded batch).
 
     Minimizing it maximizes the entropy: its minimum, ``-log U``, is the uniform prediction.
     """
     log_q = F.log_softmax(logits, dim=-1)
-    return (log_q.exp() * log_q).sum(-1).mean()
+    return weighted_mean((log_q.exp() * log_q).sum(-1), weight)
 
 
-def symmetric_kl(logits_a: Tensor, logits_b: Tensor) -> Tensor:
-    """``L_dis`` (Eq. 13): batch mean of ``KL(q_a || q_b) + KL(q_b || q_a)`` of the softmaxes.
+def symmetric_kl(logits_a: Tensor, logits_b: Tensor, weight: Tensor | None = None) -> Tensor:
+    """``L_dis`` (Eq. 13): batch mean of ``KL(q_a || q_b) + KL(q_b || q_a)`` of the softmaxes
+    (over the samples of ``weight`` 1, where given).
 
     Gradient flows into both arguments (the paper's "cyclic" distillation: each prediction is
     the other's teacher); the temperature is 1 (the paper gives none).
     """
     log_a, log_b = F.log_softmax(logits_a, dim=-1), F.log_softmax(logits_b, dim=-1)
-    return ((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum(-1).mean()
+    return weighted_mean(((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum(-1), weight)
 
 
 def feature_sparsity_ratio(features: Tensor, eps: float = 1e-5) -> float:
@@ -237,6 +239,7 @@ class FedPick(FederatedClient):
     """
 
     batchable = True  # its Gumbel noise comes from a NoiseSource
+    sample_weighted = True  # every loss term and logged value over the real samples
 
     def __init__(
         self,
@@ -356,24 +359,24 @@ class FedPick(FederatedClient):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         out = self.outputs(x)
-        loss = F.cross_entropy(out.logits_g, y)
+        loss = self.cross_entropy(out.logits_g, y)
         self.log("loss_gce", loss)
         if out.logits_p is not None and out.logits_u is not None and out.mask is not None:
             if self.lambda_lce:
-                loss_lce = F.cross_entropy(out.logits_p, y)
+                loss_lce = self.cross_entropy(out.logits_p, y)
                 loss = loss + self.lambda_lce * loss_lce
                 self.log("loss_lce", loss_lce)
             if self.lambda_ent:
-                loss_ent = negative_entropy(out.logits_u)
+                loss_ent = negative_entropy(out.logits_u, self.sample_weight)
                 loss = loss + self.lambda_ent * loss_ent
                 self.log("loss_ent", loss_ent)
             if self.lambda_dis:
-                loss_dis = symmetric_kl(out.logits_p, out.logits_g)
+                loss_dis = symmetric_kl(out.logits_p, out.logits_g, self.sample_weight)
                 loss = loss + self.lambda_dis * loss_dis
                 self.log("loss_dis", loss_dis)
             if self.lambda_budget and self.keep_budget is not None:
                 assert out.soft_mask is not None
-                loss_budget = (out.soft_mask.mean() - self.keep_budget) ** 2
+                loss_budget = (self.sample_mean(out.soft_mask) - self.keep_budget) ** 2
                 loss = loss + self.lambda_budget * loss_budget
                 self.log("loss_budget", loss_budget)
             self._log_mask(out)
@@ -383,9 +386,9 @@ class FedPick(FederatedClient):
     def _log_mask(self, out: FedPickOutputs) -> None:
         assert out.mask is not None and out.mask_logits is not None
         logits = out.mask_logits.detach()
-        self.log("keep_ratio", out.mask.detach().mean())
-        self.log("keep_ratio_clean", (logits >= 0).float().mean())
-        self.log("mask_logit_abs", logits.abs().mean())
+        self.log("keep_ratio", self.sample_mean(out.mask.detach()))
+        self.log("keep_ratio_clean", self.sample_mean((logits >= 0).float()))
+        self.log("mask_logit_abs", self.sample_mean(logits.abs()))
 
     # ----------------------------------------------------------------- analyses
     @torch.no_grad()
