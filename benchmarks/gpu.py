@@ -3,8 +3,13 @@ clients with CUDA graphs per method, against the floor and against PFLlib (under
 an H100).
 
 Sections, in this order (each writes its tables as soon as it ends; a section that fails
-writes its error in its place and the others run; past ``--budget`` seconds the runs left
-are skipped and said so):
+writes its error in its place and the others run). Nothing runs past ``--budget`` seconds:
+each section gets a deadline, its share of the time left (``SHARES``; what a section leaves
+unused goes to the ones after it); a run that would not end before it (as long as the
+section's last run took) is skipped, an alarm at the deadline cuts the run in progress, and
+the PFLlib section's subprocess (with every process it started) is killed there. A cut
+section writes the rows it has and says what was cut; the last table lists each section's
+deadline, time and whether it ended, was cut or failed.
 
 1. ``floor``: training FLOPs per sample and the best throughput at batch 512 of each backbone
    used below (``benchmarks/floor.py``: fp32, channels_last, TF32, bf16), so each workload's
@@ -12,16 +17,20 @@ are skipped and said so):
 2. ``cnn``: FedAvg, FedPer, GPFL, MAP, FedPick and Privatize "AaBb" on the 4-layer CNN at
    batch 10, 20 clients x 250 real CIFAR-10 training images (IID), one local epoch: the
    median training round (training + aggregation, rounds after the first) for the loop
-   (``batched_clients: 1``), batched (``auto``, ``cuda_graphs: false``) and batched with
-   CUDA graphs (``auto``, the default), its ratio to the floor, the group size, whether the
+   (``batched_clients: 1``), batched (``auto``, ``cuda_graphs: false``), batched with CUDA
+   graphs (``auto``, ``cuda_graphs: true``) and ``measured`` (``batched_clients: measure``,
+   what ``auto`` does on a GPU: the way it chose and the seconds per client step it
+   measured of each way), its ratio to the floor, the group size, whether the
    full steps were captured, the last personalized accuracy and the largest difference of
    the global model from the loop's (cuDNN's kernels are not deterministic: accuracies are
    the comparison on a GPU; the CPU tests check equality), and the seconds to score every
    client once (``eval s``: client by client in the loop, together when batched).
-3. ``pfllib``: ``benchmarks/vs_pfllib.py`` on the same GPU: FedAvg and GPFL on one exported
-   split (the same images, 20 clients, Dirichlet 0.1), ``--pfllib-rounds`` training rounds in
-   both (PFLlib's ``-gr R-1``), evaluation every 5: best accuracy, whole-process wall time
-   and the median round of each library. PFLlib imports cvxpy (for FedPAC) and calmsize at
+3. ``pfllib``: ``benchmarks/vs_pfllib.py`` on the same GPU, as a subprocess: FedAvg and GPFL
+   on one exported split (the same images, 20 clients, Dirichlet 0.1), ``--pfllib-rounds``
+   training rounds in both (PFLlib's ``-gr R-1``), evaluation every 5: best accuracy,
+   whole-process wall time and the median round of each library, tabulated from its raw
+   file (``pfllib.csv``, rewritten after each pair of processes; their output in
+   ``pfllib.log``). PFLlib imports cvxpy (for FedPAC) and calmsize at
    start; where they are not installed, stand-ins that FedAvg and GPFL never call are put on
    PFLlib's path.
 4. ``large``: the papers' larger backbones at their batch sizes: ResNet-18 at batch 10 (GPFL)
@@ -34,9 +43,9 @@ are skipped and said so):
 Real data: the packed CIFAR-10 subset of ``benchmarks/pack_data.py`` (1000 training and 200
 test images per class, 35 MiB), ``data.source: packed``.
 
-Written to ``--out``: ``gpu.md`` (every table, the machine, the command), ``rounds.csv``
-(sections 2 and 4), ``floor.csv``, ``memory.csv`` and ``pfllib.csv`` (vs_pfllib's ``--raw``),
-each rewritten as its rows come.
+Written to ``--out``: ``gpu.md`` (every table, the machine, the command, the sections'
+deadlines), ``rounds.csv`` (sections 2 and 4), ``floor.csv``, ``memory.csv`` and
+``pfllib.csv`` (vs_pfllib's ``--raw``), each rewritten as its rows come.
 
 Here, once (the packed data, PFLlib's code and the wheels of fedlight's dependencies that the
 GPU machine lacks, all in ignored folders)::
@@ -64,17 +73,21 @@ CNN, batched without graphs; PFLlib only where ``--pfllib`` is given)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import importlib.util
 import math
 import os
 import shlex
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -86,12 +99,20 @@ from floor import flops_per_sample, quiet, throughputs
 from fedlight.clients import CLIENTS
 from fedlight.data import FederatedDataModule
 from fedlight.federation.engines.batched import BatchedEngine
+from fedlight.federation.engines.choice import BATCHED, GRAPHS, LOOP
 from fedlight.federation.trainer import FederatedTrainer
 
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
 DATA = ROOT / "gpu_data" / "cifar10_1000_200.pt"
 SECTIONS = ("floor", "cnn", "pfllib", "large", "memory")
+#: each section's share of the time left when it starts (against the shares of the sections
+#: from it on that run)
+SHARES = {"floor": 1.0, "cnn": 4.0, "pfllib": 3.0, "large": 3.0, "memory": 1.0}
+#: seconds of the budget kept after the last deadline, to write the tables
+RESERVE = 5.0
+SKIPPED = "skipped (time budget)"
+CUT = "cut (deadline)"
 #: method label -> (fedlight class, constructor arguments)
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "FedAvg": ("FedAvg", {}), "FedPer": ("FedPer", {}), "GPFL": ("GPFL", {}),
@@ -103,7 +124,11 @@ MODES: dict[str, dict[str, Any]] = {
     "loop": {"batched_clients": 1},
     "batched": {"batched_clients": "auto", "cuda_graphs": False},
     "batched + graphs": {"batched_clients": "auto", "cuda_graphs": True},
+    "measured": {"batched_clients": "measure"},
 }
+#: the columns of a measured run: the seconds per client step it measured of each way
+PROBE_COLUMNS = {LOOP: "probe loop s/step", BATCHED: "probe batched s/step",
+                 GRAPHS: "probe graphs s/step"}
 
 
 @dataclass(frozen=True)
@@ -148,7 +173,7 @@ def settings(smoke: bool) -> Settings:
                       lr=0.01)),
             (5, 10, 20, 40), 300, 512, 10, tuple(MODES), 20, 333)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    modes = tuple(MODES) if device == "cuda" else ("loop", "batched")
+    modes = tuple(MODES) if device == "cuda" else ("loop", "batched", "measured")
     return Settings(device, 2, Workload("cnn, batch 10", "cnn", 10, methods, 3, 40),
                     (Workload("cnn_bn, batch 16", "cnn_bn", 16, ("FedAvg",), 3, 40),),
                     (2, 3), 40, 32, 2, modes, 3, 40)
@@ -162,10 +187,59 @@ def only(settings_: Settings, methods: Sequence[str]) -> Settings:
                    large=tuple(cut(w) for w in settings_.large))
 
 
+# ----------------------------------------------------------------------------- time
+class Overrun(BaseException):
+    """A section's deadline came (raised by :func:`alarm`; a BaseException, so that no
+    ``except Exception`` in the code it cuts, fedlight's first-round fallback included,
+    takes it for an error of that code)."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    """Raise :class:`Overrun` inside the block once ``seconds`` have passed (SIGALRM; where
+    there is none, or off the main thread, the block runs to its end and only the runs that
+    would not fit are skipped)."""
+    if seconds <= 0 or not hasattr(signal, "setitimer") or (
+            threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise Overrun
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_until(command: Sequence[str], seconds: float, log: Path, cwd: Path,
+              env: dict[str, str]) -> int | None:
+    """Run ``command`` (its output to ``log``) for at most ``seconds``; returns its exit
+    code, or None when it was killed at the deadline, with every process it started (its
+    own session's process group), so nothing it left keeps the device busy."""
+    with log.open("w") as output:
+        process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return process.wait(timeout=max(seconds, 0.0))
+        except subprocess.TimeoutExpired:
+            return None
+        finally:  # the deadline, or an alarm or Ctrl-C while waiting
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
 # ----------------------------------------------------------------------------- output
 @dataclass
 class Report:
-    """The results folder: each section's rows, tables and errors, rewritten as they come."""
+    """The results folder: each section's rows, tables and errors, rewritten as they come;
+    and the time: the whole ``budget`` and the deadline of the section running."""
 
     out: Path
     command: str
@@ -173,12 +247,25 @@ class Report:
     budget: float = math.inf
     machine: str = ""
     sections: dict[str, list[str]] = field(default_factory=dict)
+    deadline: float = math.inf  # of the section running, in seconds after started
+    ends: list[dict[str, Any]] = field(default_factory=list)  # how each section ended
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def over_budget(self) -> bool:
-        return self.elapsed() > self.budget
+    def left(self) -> float:
+        """Seconds to the running section's deadline."""
+        return self.deadline - self.elapsed()
+
+    def fits(self, seconds: float) -> bool:
+        """Whether a run of ``seconds`` ends before the section's deadline."""
+        return seconds < self.left()
+
+    def begin(self, share: float, shares_left: float) -> None:
+        """Set the deadline of a section of ``share`` of the time left, when ``shares_left``
+        (its own included) are still to run."""
+        left = max(0.0, self.budget - RESERVE - self.elapsed())
+        self.deadline = self.elapsed() + left * share / max(shares_left, share)
 
     def write_csv(self, name: str, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
@@ -198,6 +285,10 @@ class Report:
                 f"Command: `{self.command}`; {self.elapsed():.0f} s so far.", ""]
         for lines in self.sections.values():
             text += [*lines, ""]
+        if self.ends:
+            text += [f"## Sections (budget {self.budget:g} s, deadlines in seconds from the "
+                     "start)", "", *markdown(self.ends, ("section", "deadline s", "took s",
+                                                         "ended")), ""]
         (self.out / "gpu.md").write_text("\n".join(text))
 
 
@@ -211,15 +302,46 @@ def markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str
             *("| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows)]
 
 
-def run_section(report: Report, name: str, body: Callable[[], list[str]]) -> None:
-    """Run a section; its error, if any, is written where its tables would be."""
-    print(f"\n## {name} ({report.elapsed():.0f} s)", flush=True)
+@dataclass
+class Section:
+    """A section: ``run`` measures (filling in ``rows``, one per planned run), ``render``
+    makes its tables from what was measured, even when ``run`` was cut or failed."""
+
+    name: str
+    run: Callable[[], None]
+    render: Callable[[], list[str]]
+    rows: Callable[[], Sequence[dict[str, Any]]] = lambda: ()
+
+
+def run_section(report: Report, section: Section, shares_left: float) -> None:
+    """Run a section until its deadline (:meth:`Report.begin`); its tables are written
+    whatever happened, with a line saying it was cut or failed, and its end goes to the
+    table of sections."""
+    report.begin(SHARES[section.name], shares_left)
+    began = report.elapsed()
+    print(f"\n## {section.name} ({began:.0f} s, deadline {report.deadline:.0f} s)", flush=True)
+    ended = "complete"
     try:
-        lines = body()
+        with alarm(report.left()):
+            section.run()
+    except Overrun:
+        ended = f"cut at its deadline ({report.deadline:.0f} s): the run in progress was stopped"
     except (Exception, SystemExit) as error:  # reported in its place; the others run
         traceback.print_exc()
-        lines = [f"## {name}", "", f"failed: {type(error).__name__}: {error}"]
-    report.section(name, lines)
+        ended = f"failed: {type(error).__name__}: {error}"
+    try:
+        lines = section.render()
+    except Exception as error:
+        traceback.print_exc()
+        lines = [f"## {section.name}", "", f"no table: {type(error).__name__}: {error}"]
+    skipped = sum(row.get("note") == SKIPPED for row in section.rows())
+    if skipped:
+        ended += f"; {skipped} of {len(section.rows())} runs skipped (time budget)"
+    if ended != "complete":
+        lines += ["", f"Section {ended}."]
+    report.ends.append({"section": section.name, "deadline s": report.deadline,
+                        "took s": report.elapsed() - began, "ended": ended})
+    report.section(section.name, lines)
 
 
 # ----------------------------------------------------------------------------- runs
@@ -253,16 +375,24 @@ def fit(method: str, backbone: str, batch: int, lr: float, mode: str, data: Fede
 
 
 def engine_facts(trainer: FederatedTrainer) -> dict[str, Any]:
-    """Which engine trained, with what group size, and whether its full steps replayed."""
+    """Which engine trained, with what group size, whether its full steps replayed, and
+    where the engine chose by measuring, what it chose and the seconds per client step it
+    measured of each way."""
     engine = trainer.engine
+    choice = trainer.run.engine_choice
+    measured = choice is not None and (choice["seconds_per_step"] or choice.get("fallback"))
+    chosen: dict[str, Any] = {} if not measured or choice is None else {
+        "choice": choice["way"] + (f" (fell back: {choice['fallback']})"
+                                   if choice.get("fallback") else ""),
+        **{PROBE_COLUMNS[way]: seconds for way, seconds in choice["seconds_per_step"].items()}}
     if not isinstance(engine, BatchedEngine):
-        return {"engine": "loop", "group": 1, "captured": ""}
+        return {"engine": "loop", "group": 1, "captured": "", **chosen}
     steps = [w.full for w in engine.workspaces.values()]
     failures = sorted({s.failure for s in steps if s.failure})
     captured = ("yes" if steps and all(s.captured for s in steps) else
                 "no" if engine.capture is None else "partly")
     return {"engine": "batched", "group": engine.group_size, "captured": captured,
-            "capture_failure": "; ".join(failures)}
+            "capture_failure": "; ".join(failures), **chosen}
 
 
 def global_difference(trainer: FederatedTrainer, reference: FederatedTrainer | None) -> float:
@@ -302,69 +432,96 @@ def peak_mib() -> float:
     return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else math.nan
 
 
+def planned_rows(workloads: Sequence[Workload], settings_: Settings) -> list[dict[str, Any]]:
+    """One row per workload x method x mode, noted skipped until it runs."""
+    return [{"workload": workload.name, "method": method, "mode": mode, "note": SKIPPED}
+            for workload in workloads for method in workload.methods
+            for mode in settings_.modes]
+
+
 def workload_rows(report: Report, workload: Workload, data: Path, settings_: Settings,
                   floors: dict[str, float], rows: list[dict[str, Any]]) -> None:
-    """Every method x mode of ``workload``, each row added to ``rows`` (and rounds.csv)."""
+    """Every method x mode of ``workload`` (its rows of ``rows``, planned), each row filled in
+    (and rounds.csv rewritten) as its run ends; a run that would not end before the
+    section's deadline (as long as the workload's last run took) stays skipped."""
     module = packed_data(data, workload.clients, workload.samples)
     module.setup()
     samples = sum(module.client_train_size(i) for i in range(module.num_clients))
     floor = samples / floors[workload.backbone] if workload.backbone in floors else math.nan
-    for method in workload.methods:
-        reference = None
-        for mode in settings_.modes:
-            row: dict[str, Any] = {"workload": workload.name, "method": method, "mode": mode,
-                                   "train samples / round": samples, "floor s": floor}
-            rows.append(row)
-            if report.over_budget():
-                row["note"] = "skipped (time budget)"
-            else:
-                try:
-                    reset_peak()
-                    trainer, wall = fit(method, workload.backbone, workload.batch, workload.lr,
-                                        mode, module, settings_, settings_.rounds)
-                except Exception as error:  # a failed run is a row, not the end
-                    traceback.print_exc()
-                    row["note"] = f"failed: {type(error).__name__}: {error}"
-                else:
-                    timed = trainer.round_seconds[1:] or trainer.round_seconds
-                    seconds = statistics.median(timed)
-                    row.update({"s / round": seconds, "x floor": seconds / floor,
-                                "first round s": trainer.round_seconds[0],
-                                "last pers. acc": trainer.history[-1]["personalized_accuracy"],
-                                "max |global - loop|": global_difference(trainer, reference),
-                                "peak MiB": peak_mib(), "run s": wall,
-                                "eval s": evaluation_seconds(trainer), **engine_facts(trainer)})
-                    reference = reference or (trainer if mode == "loop" else None)
+    last_run = 0.0
+    references: dict[str, FederatedTrainer] = {}
+    for row in (r for r in rows if r["workload"] == workload.name):
+        method, mode = row["method"], row["mode"]
+        row.update({"train samples / round": samples, "floor s": floor})
+        report.write_csv("rounds.csv", rows)
+        if not report.fits(last_run):
+            continue
+        row["note"] = CUT  # until the run ends
+        try:
+            reset_peak()
+            trainer, wall = fit(method, workload.backbone, workload.batch, workload.lr,
+                                mode, module, settings_, settings_.rounds)
+        except Exception as error:  # a failed run is a row, not the end
+            traceback.print_exc()
+            row["note"] = f"failed: {type(error).__name__}: {error}"
+        else:
+            timed = trainer.round_seconds[1:] or trainer.round_seconds
+            seconds = statistics.median(timed)
+            row.update({"s / round": seconds, "x floor": seconds / floor,
+                        "first round s": trainer.round_seconds[0],
+                        "last pers. acc": trainer.history[-1]["personalized_accuracy"],
+                        "max |global - loop|": global_difference(trainer,
+                                                                 references.get(method)),
+                        "peak MiB": peak_mib(), "run s": wall,
+                        "eval s": evaluation_seconds(trainer), "note": "",
+                        **engine_facts(trainer)})
+            last_run = wall
+            if mode == "loop":
+                references[method] = trainer
+        finally:
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
             report.write_csv("rounds.csv", rows)
 
 
-ROUND_COLUMNS = ("method", "mode", "engine", "group", "captured", "s / round", "x floor",
-                 "first round s", "eval s", "last pers. acc", "max |global - loop|", "peak MiB",
-                 "note")
+ROUND_COLUMNS = ("method", "mode", "engine", "group", "captured", "choice", "s / round",
+                 "x floor", "first round s", "eval s", "last pers. acc", "max |global - loop|",
+                 "peak MiB", "note")
 
 
 def speedups(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per method: the loop's round over batched's and over batched + graphs'."""
+    """Per method: the loop's round over batched's and over batched + graphs', and what the
+    measured run chose (with the seconds per client step it measured of each way)."""
     lines = []
     for (workload, method) in dict.fromkeys((r["workload"], r["method"]) for r in rows):
-        seconds = {r["mode"]: r.get("s / round", math.nan) for r in rows
-                   if (r["workload"], r["method"]) == (workload, method)}
+        mine = [r for r in rows if (r["workload"], r["method"]) == (workload, method)]
+        seconds = {r["mode"]: r.get("s / round", math.nan) for r in mine}
         loop = seconds.get("loop", math.nan)
         parts = [f"{mode} {loop / value:.2f}x" for mode, value in seconds.items()
-                 if mode != "loop" and value == value]
+                 if mode not in ("loop", "measured") and value == value]
         if parts:
             lines.append(f"- {workload}, {method}: loop / {'; loop / '.join(parts)}")
+        measured = next((r for r in mine if r["mode"] == "measured" and r.get("choice")), None)
+        if measured is not None:
+            probes = ", ".join(f"{way} {measured[column]:.3g}"
+                               for way, column in PROBE_COLUMNS.items() if column in measured)
+            lines.append(f"- {workload}, {method}: measured chose {measured['choice']} "
+                         f"(s per client step: {probes})")
     return lines
 
 
 # ----------------------------------------------------------------------------- sections
-def floor_section(report: Report, settings_: Settings, floors: dict[str, float]) -> list[str]:
+def floor_section(report: Report, settings_: Settings, floors: dict[str, float],
+                  rows: list[dict[str, Any]]) -> None:
     device = torch.device(settings_.device)
     backbones = dict.fromkeys([settings_.cnn.backbone, *(w.backbone for w in settings_.large)])
-    rows = []
+    last = 0.0
     for backbone in backbones:
+        if not report.fits(last):
+            rows.append({"backbone": backbone, "note": SKIPPED})
+            report.write_csv("floor.csv", rows)
+            continue
+        started = time.perf_counter()
         with quiet():
             flops = flops_per_sample(backbone, (3, 32, 32), 10, 32)
             measured = throughputs(backbone, (3, 32, 32), 10, settings_.floor_batch,
@@ -374,45 +531,58 @@ def floor_section(report: Report, settings_: Settings, floors: dict[str, float])
         rows.append({"backbone": backbone, "input": "3x32x32", "MFLOP / sample": flops / 1e6,
                      "best setting": best.setting, "samples / s": best.samples_per_second,
                      "GFLOP / s": best.flops_per_second / 1e9})
+        last = time.perf_counter() - started
         print(rows[-1], flush=True)
-    report.write_csv("floor.csv", rows)
+        report.write_csv("floor.csv", rows)
+
+
+def floor_tables(settings_: Settings, rows: Sequence[dict[str, Any]]) -> list[str]:
     return [f"## Floor (training step at batch {settings_.floor_batch}, best setting)", "",
-            *markdown(rows, list(rows[0]))]
+            *markdown(rows, ("backbone", "input", "MFLOP / sample", "best setting",
+                             "samples / s", "GFLOP / s", "note"))]
 
 
-def rounds_section(report: Report, workloads: Sequence[Workload], data: Path,
-                   settings_: Settings, floors: dict[str, float],
-                   rows: list[dict[str, Any]], title: str) -> list[str]:
-    start = len(rows)
-    for workload in workloads:
-        workload_rows(report, workload, data, settings_, floors, rows)
+def rounds_tables(workloads: Sequence[Workload], settings_: Settings,
+                  rows: Sequence[dict[str, Any]], title: str) -> list[str]:
     lines = [f"## {title}", "",
              f"{settings_.rounds} rounds per run, the median training round after the first; "
              "x floor = s / round over the workload's floor (training samples of a round at "
              "the floor section's samples / s).", ""]
     for workload in workloads:
-        mine = [r for r in rows[start:] if r["workload"] == workload.name]
-        lines += [f"### {workload.name} ({workload.clients} clients, "
-                  f"{mine[0]['train samples / round'] if mine else '?'} training images a "
-                  "round)", "", *markdown(mine, ROUND_COLUMNS), "", *speedups(mine), ""]
+        mine = [r for r in rows if r["workload"] == workload.name]
+        samples = next((r["train samples / round"] for r in mine
+                        if "train samples / round" in r), "?")
+        lines += [f"### {workload.name} ({workload.clients} clients, {samples} training "
+                  "images a round)", "", *markdown(mine, ROUND_COLUMNS), "", *speedups(mine),
+                  ""]
     return lines
 
 
-def memory_section(report: Report, data: Path, settings_: Settings) -> list[str]:
-    rows = []
-    runs = [("batched + graphs", k) for k in settings_.memory_clients]
-    runs.append(("loop", settings_.memory_clients[-2 if len(runs) > 1 else -1]))
-    for mode, clients in runs:
-        if report.over_budget():
-            rows.append({"mode": mode, "clients / round": clients, "note": "skipped (time)"})
+def memory_runs(settings_: Settings) -> list[dict[str, Any]]:
+    runs = [{"mode": "batched + graphs", "clients / round": k, "note": SKIPPED}
+            for k in settings_.memory_clients]
+    loop = settings_.memory_clients[-2 if len(runs) > 1 else -1]
+    return [*runs, {"mode": "loop", "clients / round": loop, "note": SKIPPED}]
+
+
+def memory_section(report: Report, data: Path, settings_: Settings,
+                   rows: list[dict[str, Any]]) -> None:
+    last = 0.0
+    report.write_csv("memory.csv", rows)
+    for row in rows:
+        if not report.fits(last):
             continue
-        module = packed_data(data, clients, settings_.memory_samples)
+        row["note"] = CUT
+        module = packed_data(data, row["clients / round"], settings_.memory_samples)
         reset_peak()
-        trainer, _ = fit("FedAvg", "cnn", 10, 0.005, mode, module, settings_, 1)
-        rows.append({"mode": mode, "clients / round": clients, "peak MiB": peak_mib(),
-                     "s / round": trainer.round_seconds[0], **engine_facts(trainer)})
-        print(rows[-1], flush=True)
+        trainer, last = fit("FedAvg", "cnn", 10, 0.005, row["mode"], module, settings_, 1)
+        row.update({"peak MiB": peak_mib(), "s / round": trainer.round_seconds[0], "note": "",
+                    **engine_facts(trainer)})
+        print(row, flush=True)
         report.write_csv("memory.csv", rows)
+
+
+def memory_tables(settings_: Settings, rows: Sequence[dict[str, Any]]) -> list[str]:
     return ["## Peak GPU memory against clients per round (FedAvg, cnn, batch 10, one round "
             f"with its evaluation, {settings_.memory_samples} images per client)", "",
             *markdown(rows, ("mode", "clients / round", "group", "peak MiB", "s / round",
@@ -427,12 +597,9 @@ STUBS = {
 
 
 def pfllib_section(report: Report, pfllib: Path, data: Path, settings_: Settings,
-                   rounds: int) -> list[str]:
-    spec = importlib.util.spec_from_file_location("vs_pfllib", BENCHMARKS / "vs_pfllib.py")
-    assert spec is not None and spec.loader is not None
-    vs_pfllib = importlib.util.module_from_spec(spec)
-    sys.modules["vs_pfllib"] = vs_pfllib
-    spec.loader.exec_module(vs_pfllib)
+                   rounds: int, notes: list[str]) -> None:
+    """``benchmarks/vs_pfllib.py`` as a subprocess until the section's deadline; its raw
+    file is ``pfllib.csv``, its output ``pfllib.log``."""
     (pfllib / "dataset").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         stubs = Path(folder) / "stubs"
@@ -440,6 +607,7 @@ def pfllib_section(report: Report, pfllib: Path, data: Path, settings_: Settings
         for name, text in STUBS.items():
             if importlib.util.find_spec(name) is None:
                 (stubs / f"{name}.py").write_text(text)
+        notes.append(", ".join(sorted(p.stem for p in stubs.glob("*.py"))) or "none")
         config = Path(folder) / "gpu_pfllib.yaml"
         config.write_text(yaml.safe_dump({
             "model": {"class_path": "FedAvg", "init_args": {"backbone": "cnn", "lr": 0.005}},
@@ -450,26 +618,46 @@ def pfllib_section(report: Report, pfllib: Path, data: Path, settings_: Settings
             "trainer": {"rounds": rounds, "join_ratio": 1.0, "local_epochs": 1,
                         "batch_size": 10, "eval_every": min(5, rounds), "seed": 0,
                         "weighting": "samples", "accelerator": settings_.device}}))
-        saved = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stubs), saved]))
-        try:
-            argv = [str(pfllib), "--config", str(config), "--rounds", str(rounds),
-                    "--methods", "FedAvg", "GPFL", "--device", settings_.device,
-                    "--raw", str(report.out / "pfllib.csv"),
-                    "--out", str(Path(folder) / "pfllib.md")]
-            vs_pfllib.main(argv)
-            text = (Path(folder) / "pfllib.md").read_text().splitlines()
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
+        command = [sys.executable, str(BENCHMARKS / "vs_pfllib.py"), str(pfllib),
+                   "--config", str(config), "--rounds", str(rounds), "--methods", "FedAvg",
+                   "GPFL", "--device", settings_.device, "--raw", str(report.out / "pfllib.csv")]
+        path = os.pathsep.join(filter(None, [str(stubs), os.environ.get("PYTHONPATH")]))
+        code = run_until(command, report.left(), report.out / "pfllib.log", ROOT,
+                         {**os.environ, "PYTHONPATH": path})
+    if code is None:
+        raise Overrun
+    if code != 0:
+        log = (report.out / "pfllib.log").read_text().strip().splitlines()
+        raise RuntimeError(f"vs_pfllib.py exited with {code}: {log[-1] if log else ''}")
+
+
+def pfllib_tables(report: Report, settings_: Settings, rounds: int,
+                  notes: Sequence[str]) -> list[str]:
+    """Per method, each library's best accuracy, whole-process wall time and median round
+    from ``pfllib.csv`` (the pairs of processes that ended)."""
+    raw = report.out / "pfllib.csv"
+    rows = []
+    if raw.is_file():
+        with raw.open() as handle:
+            processes = list(csv.DictReader(handle))
+        for method in dict.fromkeys(p["method"] for p in processes):
+            row: dict[str, Any] = {"method": method}
+            for process in (p for p in processes if p["method"] == method):
+                library = "fedlight" if process["library"] == "fedlight" else "PFLlib"
+                row[f"{library} best %"] = 100 * float(process["best_accuracy"])
+                row[f"{library} wall s"] = float(process["wall_s"])
+                row[f"{library} median round s"] = float(process["median_round_s"])
+            row["speed-up (round)"] = (row.get("PFLlib median round s", math.nan)
+                                       / row.get("fedlight median round s", math.nan))
+            rows.append(row)
+    columns = ("method", "fedlight best %", "PFLlib best %", "fedlight wall s", "PFLlib wall s",
+               "fedlight median round s", "PFLlib median round s", "speed-up (round)")
     return ["## fedlight (batched_clients: auto) against PFLlib on the same GPU and split", "",
             f"{settings_.pfllib_clients} clients, Dirichlet 0.1, at most "
             f"{settings_.pfllib_samples} images each, {rounds} training rounds in both, "
             "evaluation every 5; stand-ins for PFLlib's unused imports: "
-            f"{', '.join(sorted(p.stem for p in stubs.glob('*.py'))) or 'none'}.", "",
-            *text[2:]]
+            f"{notes[0] if notes else 'none'}.", "",
+            *(markdown(rows, columns) if rows else ["No pair of processes ended."])]
 
 
 # ----------------------------------------------------------------------------- main
@@ -483,6 +671,43 @@ def machine(device: str) -> str:
             f"Python {sys.version.split()[0]}.")
 
 
+def sections(report: Report, settings_: Settings, args: argparse.Namespace) -> list[Section]:
+    """The sections ``args`` asks for, in order."""
+    floors: dict[str, float] = {}
+    floor_rows: list[dict[str, Any]] = []
+    # one list for rounds.csv: the rows of the round sections asked for
+    round_rows = planned_rows([*([settings_.cnn] if "cnn" in args.sections else []),
+                               *(settings_.large if "large" in args.sections else [])],
+                              settings_)
+    memory_rows = memory_runs(settings_)
+    pfllib_rounds = args.pfllib_rounds if not args.smoke else 2
+    stubs: list[str] = []
+    cnn_title = "Seconds per round, 4-layer CNN at batch 10"
+    large_title = "Seconds per round, the papers' larger backbones"
+
+    def rounds_run(workloads: Sequence[Workload]) -> None:
+        for workload in workloads:
+            workload_rows(report, workload, args.data, settings_, floors, round_rows)
+
+    every = [
+        Section("floor", lambda: floor_section(report, settings_, floors, floor_rows),
+                lambda: floor_tables(settings_, floor_rows), lambda: floor_rows),
+        Section("cnn", lambda: rounds_run([settings_.cnn]),
+                lambda: rounds_tables([settings_.cnn], settings_, round_rows, cnn_title),
+                lambda: [r for r in round_rows if r["workload"] == settings_.cnn.name]),
+        Section("pfllib", lambda: pfllib_section(report, args.pfllib, args.data, settings_,
+                                                 pfllib_rounds, stubs),
+                lambda: pfllib_tables(report, settings_, pfllib_rounds, stubs)),
+        Section("large", lambda: rounds_run(settings_.large),
+                lambda: rounds_tables(settings_.large, settings_, round_rows, large_title),
+                lambda: [r for r in round_rows if r["workload"] != settings_.cnn.name]),
+        Section("memory", lambda: memory_section(report, args.data, settings_, memory_rows),
+                lambda: memory_tables(settings_, memory_rows), lambda: memory_rows),
+    ]
+    return [s for s in every if s.name in args.sections
+            and (s.name != "pfllib" or args.pfllib is not None)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="results folder")
@@ -494,7 +719,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
                         help="the methods of the cnn and large sections (default: all)")
     parser.add_argument("--budget", type=float, default=420.0,
-                        help="seconds after which the runs left are skipped")
+                        help="seconds the whole script may take: each section runs to its "
+                        "share of it (see SHARES), then is cut")
     parser.add_argument("--smoke", action="store_true",
                         help="2 rounds of tiny workloads, on a CPU where there is no GPU")
     args = parser.parse_args(argv)
@@ -508,22 +734,14 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/gpu.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     report = Report(args.out, command, budget=args.budget, machine=machine(settings_.device))
-    floors: dict[str, float] = {}
-    rows: list[dict[str, Any]] = []
-    bodies: dict[str, Callable[[], list[str]]] = {
-        "floor": lambda: floor_section(report, settings_, floors),
-        "cnn": lambda: rounds_section(report, [settings_.cnn], args.data, settings_, floors,
-                                      rows, "Seconds per round, 4-layer CNN at batch 10"),
-        "pfllib": lambda: (pfllib_section(report, args.pfllib, args.data, settings_,
-                                          args.pfllib_rounds if not args.smoke else 2)
-                           if args.pfllib else ["## PFLlib", "", "not run (no --pfllib)"]),
-        "large": lambda: rounds_section(report, settings_.large, args.data, settings_, floors,
-                                        rows, "Seconds per round, the papers' larger backbones"),
-        "memory": lambda: memory_section(report, args.data, settings_),
-    }
-    for name in SECTIONS:
-        if name in args.sections:
-            run_section(report, name, bodies[name])
+    chosen = sections(report, settings_, args)
+    for name in (n for n in SECTIONS if n in args.sections):
+        left = [s for s in chosen if SECTIONS.index(s.name) >= SECTIONS.index(name)]
+        if left and left[0].name == name:
+            run_section(report, left[0], sum(SHARES[s.name] for s in left))
+        else:  # asked for, but nothing to run it with
+            report.section(name, ["## PFLlib", "", "not run (no --pfllib)"])
+    report.write()
     print(f"\nwrote {args.out}/gpu.md in {report.elapsed():.0f} s", flush=True)
 
 
