@@ -1,0 +1,227 @@
+"""benchmarks/results/same_start.md, written whole from the raw files of
+``benchmarks/results/same_start/``: fedlight against the authors' own code from the same start.
+
+Each ``same_start/<name>.json`` is one comparison, written by the script its ``command`` names
+(``benchmarks/map_vs_authors.py``, ``benchmarks/privatize_vs_authors.py``): ``method``,
+``authors_repo``, ``authors_commit``, ``split``, ``rounds``, ``per_round`` (``round``,
+``fedlight``, ``authors``: personalized accuracy in %, and optional ``fedlight_<x>`` /
+``authors_<x>`` pairs such as the HPM's), ``max_param_diff`` (part -> largest absolute
+difference after the last round), ``command`` and, for the learned privatizations, ``choices``.
+A comparison whose script printed text instead (GPFL's, ``benchmarks/gpfl_rounds_vs_pfllib.py``)
+has ``raw_output``, the path of that output beside the JSON file, and its rounds and parameter
+differences are read from it.
+
+    python benchmarks/same_start.py            # writes benchmarks/results/same_start.md
+    python benchmarks/same_start.py --check    # exit 1 when the file differs from its output
+
+Nothing here is typed by hand but the words: every number is rendered from the raw files (or
+is :data:`THRESHOLD`, the agreement the comparisons are held to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+RAW = RESULTS / "same_start"
+OUTPUT = RESULTS / "same_start.md"
+THRESHOLD = 0.5  # points of accuracy: "agree" means within this at every round
+EXTRA = re.compile(r"^fedlight_(.+)$")
+EXTRA_NAMES = {"hpm": "HPM", "global": "global model"}
+GPFL_ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s*$")
+GPFL_GAPS = re.compile(r"largest \|fedlight - PFLlib\|: (.*)$")
+
+
+# ----------------------------------------------------------------------------- raw files
+def read_comparison(path: Path) -> dict[str, Any]:
+    """One comparison; with ``raw_output`` its rounds and differences read from that text."""
+    record = json.loads(path.read_text())
+    if "raw_output" in record:
+        record.update(read_gpfl_output((path.parent / record["raw_output"]).resolve()))
+    return record
+
+
+def read_gpfl_output(path: Path) -> dict[str, Any]:
+    """``benchmarks/gpfl_rounds_vs_pfllib.py``'s printed table: per round PFLlib's and
+    fedlight's accuracy, and the last line's largest parameter differences."""
+    per_round, gaps = [], {}
+    for line in path.read_text().splitlines():
+        row = GPFL_ROW.match(line)
+        if row:
+            per_round.append({"round": int(row[1]), "authors": float(row[2]),
+                              "fedlight": float(row[3])})
+        found = GPFL_GAPS.search(line)
+        if found:
+            for part in found[1].split(", "):
+                name, value = part.rsplit(" ", 1)
+                gaps[name] = float(value)
+    if not per_round or not gaps:
+        raise ValueError(f"{path}: no per-round table or parameter differences")
+    return {"per_round": per_round, "rounds": len(per_round), "max_param_diff": gaps}
+
+
+def comparisons() -> list[tuple[str, dict[str, Any]]]:
+    """Every comparison of the raw folder, by file name."""
+    return [(path.name, read_comparison(path)) for path in sorted(RAW.glob("*.json"))]
+
+
+# ----------------------------------------------------------------------------- numbers
+def extras(record: dict[str, Any]) -> list[str]:
+    """The extra accuracies the comparison records on both sides (``hpm``, ``global``)."""
+    first = record["per_round"][0]
+    return [m[1] for key in first if (m := EXTRA.match(key)) and f"authors_{m[1]}" in first]
+
+
+def largest_gap(record: dict[str, Any], name: str | None = None) -> tuple[float, int] | None:
+    """The largest |fedlight - authors| over the rounds and its round (None: not recorded)."""
+    ours, theirs = (f"fedlight_{name}", f"authors_{name}") if name else ("fedlight", "authors")
+    gaps = [(abs(row[ours] - row[theirs]), row["round"]) for row in record["per_round"]
+            if row.get(ours) is not None and row.get(theirs) is not None]
+    return max(gaps, key=lambda gap: (gap[0], -gap[1])) if gaps else None
+
+
+def agrees(record: dict[str, Any]) -> bool:
+    """Within :data:`THRESHOLD` every round, every accuracy recorded on both sides."""
+    names: list[str | None] = [None, *extras(record)]
+    return all((gap := largest_gap(record, name)) is None or round(gap[0], 4) <= THRESHOLD
+               for name in names)
+
+
+def same_choices(record: dict[str, Any]) -> bool | None:
+    """Whether both sides prefer the same side of every block (None: nothing learned)."""
+    if "choices" not in record:
+        return None
+    return bool(prefers(record["choices"]["fedlight"]) == prefers(record["choices"]["authors"]))
+
+
+def prefers(chosen: dict[str, Any]) -> str:
+    return "; ".join(f"{block}: {'/'.join(c['prefers'])}" for block, c in chosen.items())
+
+
+# ----------------------------------------------------------------------------- rendering
+def points(gap: tuple[float, int] | None) -> str:
+    return "-" if gap is None else f"{gap[0]:.2f} (round {gap[1]})"
+
+
+def summary_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = ["| method | authors' code | rounds | largest per-round difference, personalized "
+             "(points) | other accuracies: largest per-round difference (points) | "
+             f"within {THRESHOLD} every round | largest parameter difference after the last "
+             "round | split | raw file |",
+             "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- |"]
+    for name, record in records:
+        others = ", ".join(f"{EXTRA_NAMES.get(x, x)} {points(largest_gap(record, x))}"
+                           for x in extras(record)) or "-"
+        diffs = ", ".join(f"{part} {value:.1e}" for part, value in
+                          record["max_param_diff"].items())
+        commit = record["authors_commit"][:7]
+        lines.append(f"| {record['method']} | {record['authors_repo']} @ {commit} | "
+                     f"{record['rounds']} | {points(largest_gap(record))} | {others} | "
+                     f"{'yes' if agrees(record) else 'no'} | {diffs} | {record['split']} | "
+                     f"[{name}](same_start/{name}) |")
+    return lines
+
+
+def choices_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    learned = [(name, r) for name, r in records if "choices" in r]
+    if not learned:
+        return []
+    lines = ["", "Blocks each side's learned coefficients prefer after the last round (per "
+             "block, per fused output):", "",
+             "| method | fedlight | authors' code | same |", "| --- | --- | --- | --- |"]
+    for _, record in learned:
+        lines.append(f"| {record['method']} | {prefers(record['choices']['fedlight'])} | "
+                     f"{prefers(record['choices']['authors'])} | "
+                     f"{'yes' if same_choices(record) else 'no'} |")
+    return lines
+
+
+def per_round_section(name: str, record: dict[str, Any]) -> list[str]:
+    names = extras(record)
+    header = ["round", "authors (%)", "fedlight (%)", "difference"]
+    for x in names:
+        label = EXTRA_NAMES.get(x, x)
+        header += [f"authors {label} (%)", f"fedlight {label} (%)", "difference"]
+    lines = ["", f"### {record['method']}", "", "```bash", record["command"], "```", "",
+             "| " + " | ".join(header) + " |", "| " + " | ".join(["---:"] * len(header)) + " |"]
+    for row in record["per_round"]:
+        cells = [str(row["round"])]
+        for ours, theirs in [("fedlight", "authors"),
+                             *((f"fedlight_{x}", f"authors_{x}") for x in names)]:
+            a, b = row.get(theirs), row.get(ours)
+            cells += ["-" if a is None else f"{a:.2f}", "-" if b is None else f"{b:.2f}",
+                      "-" if a is None or b is None else f"{b - a:+.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict(records: list[tuple[str, dict[str, Any]]]) -> str:
+    within = [r["method"] for _, r in records if agrees(r)]
+    beyond = [r["method"] for _, r in records if not agrees(r)]
+    text = (f"Within {THRESHOLD} points at every round: {', '.join(within) or 'none'}; "
+            f"beyond it in some round: {', '.join(beyond) or 'none'}.")
+    differ = [r["method"] for _, r in records if same_choices(r) is False]
+    learned = [r["method"] for _, r in records if same_choices(r) is not None]
+    if learned:
+        text += (" Same preferred blocks on both sides: "
+                 f"{', '.join(m for m in learned if m not in differ) or 'none'}; different: "
+                 f"{', '.join(differ) or 'none'}.")
+    return text
+
+
+def render() -> str:
+    """same_start.md as the raw files give it."""
+    records = comparisons()
+    lines = [
+        "# Same start: fedlight against the authors' own code",
+        "",
+        "Each row: one method run by its authors' code and by fedlight from the same initial "
+        "weights, on the same clients, with the same batches, round after round (each "
+        "script's docstring says how; the authors' code is run as it is, from outside, its "
+        "checkout given on the command line). The accuracy is each round's personalized "
+        "accuracy after local training, in %: the mean over participants for MAP, FedRS, "
+        "FedPHP and the privatizations, pooled over clients for GPFL (PFLlib's "
+        "`test_metrics`). fedlight runs each method with the switches that give the "
+        "authors' code's form where it differs from the paper's (the commands below; "
+        "[docs/pfllib.md](../../docs/pfllib.md) lists them). Written by "
+        "`python benchmarks/same_start.py` from the files in [same_start/](same_start/) "
+        "(GPFL's from the printed output of `benchmarks/gpfl_rounds_vs_pfllib.py` that its "
+        "JSON file names).",
+        "",
+        *summary_table(records),
+        *choices_table(records),
+        "",
+        verdict(records),
+        "",
+        "## Per round",
+    ]
+    for name, record in records:
+        lines += per_round_section(name, record)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when same_start.md differs from its output")
+    options = parser.parse_args(argv)
+    text = render()
+    if options.check:
+        if not OUTPUT.is_file() or OUTPUT.read_text() != text:
+            print(f"{OUTPUT.relative_to(ROOT)} differs from `python benchmarks/same_start.py`'s "
+                  "output", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

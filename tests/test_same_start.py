@@ -1,0 +1,107 @@
+"""benchmarks/map_vs_authors.py on a fake of the authors' modules (no checkout needed), and
+benchmarks/same_start.py, the generator of benchmarks/results/same_start.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.core.seeding import derive_seed
+from fedlight.data.datamodule import iterate_batches
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+map_vs_authors = load("map_vs_authors")
+same_start = load("same_start")
+
+
+@pytest.mark.slow  # two short federated runs, each side: seconds, not milliseconds
+def test_self_test_drives_the_fake_authors_and_writes_the_shared_format(tmp_path):
+    out = tmp_path / "map.json"
+    map_vs_authors.main(["--self-test", "--methods", "map", "--rounds", "2", "--clients", "2",
+                         "--train", "20", "--test", "10", "--batch", "10", "--epochs", "1",
+                         "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert {"method", "authors_repo", "authors_commit", "split", "rounds", "per_round",
+            "max_param_diff", "command"} <= set(record)
+    assert record["method"] == "MAP" and record["rounds"] == 2
+    assert [row["round"] for row in record["per_round"]] == [1, 2]
+    assert {"fedlight", "authors", "fedlight_hpm", "authors_hpm"} <= set(record["per_round"][0])
+    assert set(record["max_param_diff"]) == {"global model", "HPMs"}
+    assert all(0 <= v < float("inf") for v in record["max_param_diff"].values())
+
+
+def test_the_authors_loader_yields_fedlights_batches_pass_after_pass():
+    x = torch.randn(25, 3, 4, 4).numpy()
+    y = torch.arange(25).numpy()
+    loader = map_vs_authors.FedlightBatchOrder(x, y, 10, client=3)
+    loader.start(4)
+    passes = [[b[1].tolist() for b in loader] for _ in range(2)]
+    generator = torch.Generator().manual_seed(derive_seed(0, 4, 3))
+    expected = [[b[1].tolist() for b in iterate_batches(torch.from_numpy(x), torch.from_numpy(y),
+                                                        10, generator)] for _ in range(2)]
+    assert passes == expected and passes[0] != passes[1] and len(loader) == 3
+
+
+def test_same_start_md_is_its_generators_output():
+    assert same_start.main(["--check"]) == 0
+
+
+GPFL_OUTPUT = """GPFL on folder: 2 clients
+round  PFLlib accuracy (%)  fedlight accuracy (%)
+    1              10.0000                10.0000
+    2              20.0000                20.6000
+after the last round, largest |fedlight - PFLlib|: encoder 1.000e-04, heads 2.000e-03
+"""
+
+
+def record(per_round, **extra):
+    return {"method": "M", "authors_repo": "a/b", "authors_commit": "0123456789", "split": "s",
+            "rounds": len(per_round), "per_round": per_round,
+            "max_param_diff": {"model": 1e-6}, "command": "python x.py", **extra}
+
+
+def test_raw_output_is_read_and_the_threshold_applies_to_every_accuracy(tmp_path, monkeypatch):
+    (tmp_path / "gpfl.txt").write_text(GPFL_OUTPUT)
+    (tmp_path / "gpfl.json").write_text(json.dumps({**record([]), "raw_output": "gpfl.txt"}))
+    (tmp_path / "map.json").write_text(json.dumps(record(
+        [{"round": 1, "fedlight": 50.0, "authors": 50.2, "fedlight_hpm": 40.0,
+          "authors_hpm": 40.7}])))
+    monkeypatch.setattr(same_start, "RAW", tmp_path)
+    (gpfl_name, gpfl), (_, mapped) = same_start.comparisons()
+    assert gpfl_name == "gpfl.json" and gpfl["rounds"] == 2
+    assert gpfl["max_param_diff"] == {"encoder": 1e-4, "heads": 2e-3}
+    assert same_start.largest_gap(gpfl) == pytest.approx((0.6, 2))
+    assert not same_start.agrees(gpfl)
+    assert same_start.largest_gap(mapped) == pytest.approx((0.2, 1))
+    assert not same_start.agrees(mapped)  # the personalized accuracy agrees, the HPM's not
+    text = same_start.render()
+    assert "beyond it in some round: M, M." in text
+    assert "| HPM 0.70 (round 1) |" in text
+
+
+def test_learned_choices_are_compared_block_by_block(tmp_path, monkeypatch):
+    side = {"A": {"weights": [[0.6, 0.4]], "prefers": ["shared"]}}
+    other = {"A": {"weights": [[0.4, 0.6]], "prefers": ["private"]}}
+    rows = [{"round": 1, "fedlight": 1.0, "authors": 1.0}]
+    (tmp_path / "a.json").write_text(json.dumps(record(rows, choices={"fedlight": side,
+                                                                      "authors": side})))
+    (tmp_path / "b.json").write_text(json.dumps(record(rows, method="N", choices={
+        "fedlight": side, "authors": other})))
+    monkeypatch.setattr(same_start, "RAW", tmp_path)
+    text = same_start.render()
+    assert "| M | A: shared | A: shared | yes |" in text
+    assert "| N | A: shared | A: private | no |" in text
+    assert "Same preferred blocks on both sides: M; different: N." in text
