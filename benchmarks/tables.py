@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import re
 import statistics
 import sys
@@ -200,6 +201,31 @@ def lookup(runs_file: Path, expression: str) -> str:
     return f"{mean(extreme, column):.{places}f}"
 
 
+def own_script(name: str) -> Path | None:
+    """``benchmarks/NAME.py`` where it writes ``NAME.md`` itself: a ``render()`` that returns
+    the file's text (as benchmarks/same_start.py does)."""
+    script = ROOT / "benchmarks" / f"{name}.py"
+    return script if script.is_file() and "\ndef render() -> str:" in script.read_text() else None
+
+
+def generated_names() -> list[str]:
+    """Every results file a program writes whole: a generator here or the file's own script."""
+    return sorted(set(GENERATORS) | {p.stem for p in RESULTS.glob("*.md") if own_script(p.stem)})
+
+
+def output_of(name: str) -> str:
+    """The text the results file ``name``'s program writes."""
+    if name in GENERATORS:
+        return render(name)
+    script = own_script(name)
+    if script is None:
+        raise KeyError(f"no program writes benchmarks/results/{name}.md")
+    spec = importlib.util.spec_from_file_location(f"results_{name}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render()
+
+
 def results_path(name: str) -> Path:
     return RESULTS / f"{name}.md"
 
@@ -256,6 +282,30 @@ def main(argv: list[str] | None = None) -> None:
             print(f"wrote {results_path(name).relative_to(ROOT)}")
     if stale:
         parser.exit(1, f"differ from their generator's output: {', '.join(stale)}\n")
+
+
+def runs_table(runs: list[dict[str, str]], rows: Sequence[tuple[str, str]],
+               columns: Sequence[tuple[str, str, str]]) -> str:
+    """A table of ``rows`` (label, METHOD or METHOD@SETTING of runs.csv) and ``columns``
+    (title, runs.csv column, style: "pm" mean ± sample std in %, "m" the mean in %, "s" the
+    mean in whole seconds, "n" the number of runs); "-" where no run has a value."""
+    def values(method: str, column: str) -> list[float]:
+        name, _, setting = method.partition("@")
+        return [v for r in runs if r["method"] == name
+                and (not setting or r["setting"] == setting)
+                for v in [number(r[column])] if v is not None]
+
+    def shown(method: str, column: str, style: str) -> str:
+        found = values(method, column)
+        if not found:
+            return "-"
+        return {"pm": lambda: mean_std(found), "m": lambda: pct(statistics.fmean(found)),
+                "s": lambda: f"{statistics.fmean(found):.0f}",
+                "n": lambda: str(len(found))}[style]()
+
+    return table(["method", *(t for t, _, _ in columns)], "l" + "r" * len(columns),
+                 [[label, *(shown(method, c, style) for _, c, style in columns)]
+                  for label, method in rows])
 
 
 # ----------------------------------------------------------------------------- map_distillation
@@ -958,11 +1008,69 @@ def own_last_ten(seed: int) -> float:
     return statistics.fmean(rows[k] for k in range(20, 30))
 
 
+# ----------------------------------------------------------------------------- cifar10_gpfl_table1
+def cifar10_gpfl_table1() -> Fields:
+    runs = read_csv(RESULTS / "cifar10_gpfl_table1" / "runs.csv")
+    methods = ["GPFL", "FedProto", "FedRep", "FedPer", "FedRoD", "Ditto", "FedAvg"]
+    labels = {"FedRep": "FedRep (1 head epoch)"}
+    fields: Fields = {"table": runs_table(
+        runs, [(labels.get(m, m), m) for m in methods],
+        [("best personalized", "best personalized", "pm"),
+         ("last", "last personalized", "pm"),
+         ("mean last-10", "mean last-10 personalized", "pm"),
+         ("best global", "best global", "pm"),
+         ("std over clients (fairness)", "std (fairness)", "m"),
+         ("wall s / run", "wall s / run", "s"), ("CPU s / run", "CPU s / run", "s")])}
+    fields["runs"] = str(len(runs))
+    fields["wall_minutes"] = f"{sum(float(r['wall s / run']) for r in runs) / 60:.1f}"
+    fields["cpu_minutes"] = f"{sum(float(r['CPU s / run']) for r in runs) / 60:.1f}"
+    fields["seeds"] = str(len({r["seed"] for r in runs}))
+
+    def mean(method: str, column: str = "best personalized") -> float:
+        return 100 * statistics.fmean(float(r[column]) for r in runs if r["method"] == method)
+
+    def std(method: str) -> float:
+        return 100 * statistics.stdev(float(r["best personalized"]) for r in runs
+                                      if r["method"] == method)
+
+    ranked = sorted(methods, key=lambda m: -mean(m))
+    fields["first"] = ranked[0]
+    fields["runner_up"] = ranked[1]
+    gap = mean(ranked[0]) - mean(ranked[1])
+    fields["gap"] = f"{gap:.2f}"
+    stds = sorted((std(ranked[0]), std(ranked[1])))
+    fields["gap_in_stds"] = f"{gap / stds[1]:.1f}-{gap / stds[0]:.1f}"
+    order = ["GPFL", "Ditto", "FedProto", "FedRep", "FedRoD", "FedPer", "FedAvg"]
+    setting = "cifar100/dirichlet"
+    fields["paper_order"] = " > ".join(f"{m} {paper_digits('GPFL', m, setting)}" for m in sorted(
+        order, key=lambda m: -paper("GPFL", m, setting)))
+    fields["paper_gap"] = f"{paper('GPFL', 'GPFL', setting) - paper('GPFL', 'Ditto', setting):.2f}"
+    fields["our_order"] = " > ".join(f"{m} {mean(m):.2f}" for m in ranked)
+    paper_ranked = sorted(methods, key=lambda m: -paper("GPFL", m, setting))
+    same = [m for i, m in enumerate(ranked) if paper_ranked[i] == m]
+    fields["order_same"] = joined(same) if same else "none"
+    fields["next_three"] = f"{mean(ranked[1]) - mean(ranked[3]):.2f}"
+    fields["next_three_names"] = joined(ranked[1:4])
+    gaps = [(100 * (float(r["best personalized"]) - float(r["last personalized"])), r)
+            for r in runs]
+    largest, row = max(gaps, key=lambda item: item[0])
+    gpfl_gap, gpfl_row = max((g for g in gaps if g[1]["method"] == "GPFL"), key=lambda i: i[0])
+    fields["last_within"] = f"{largest:.2f}"
+    fields["last_within_run"] = f"{row['method']} seed {row['seed']}"
+    fields["gpfl_last_within"] = f"{gpfl_gap:.2f}, seed {gpfl_row['seed']}"
+    above = sum(float(r["last personalized"]) > float(r["mean last-10 personalized"]) for r in runs)
+    fields["above_last10"] = f"{above} of the {len(runs)}"
+    fair = sorted(methods, key=lambda m: mean(m, "std (fairness)"))
+    fields["fairness"] = ", ".join(f"{m} {mean(m, 'std (fairness)'):.2f}" for m in fair)
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
     "cifar100_privatize": cifar100_privatize,
     "cifar10_privatize": cifar10_privatize,
+    "cifar10_gpfl_table1": cifar10_gpfl_table1,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 
