@@ -73,3 +73,22 @@ def test_a_sweeps_runs_are_grouped_by_sweep_and_labelled_by_method_setting_and_s
     assert trainer["wandb_group"] == "my-sweep"
     assert trainer["wandb_labels"] == {"sweep": "my-sweep", "method": "FedAvg",
                                        "setting": "iid lr=0.1", "seed": 2}
+
+
+def test_wandb_is_online_with_a_key_from_the_environment_or_wandb_login(tmp_path,
+                                                                         monkeypatch):
+    from fedlight.federation.outputs.loggers import wandb_offline
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert wandb_offline()  # no key anywhere
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password k3y\n")
+    assert not wandb_offline()  # what wandb login writes
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_offline()
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    monkeypatch.setenv("WANDB_API_KEY", "k3y")
+    assert not wandb_offline()

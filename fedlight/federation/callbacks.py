@@ -114,8 +114,9 @@ class EarlyStopping(RoundCallback):
         if self.wait >= self.patience:
             trainer.should_stop = True
             best = "none" if self.best is None else f"{self.best:.4f} at round {self.best_round}"
+            evaluations = "evaluation" if self.wait == 1 else "evaluations"
             trainer.stop_reason = (f"EarlyStopping: {self.monitor} did not improve for "
-                                   f"{self.wait} evaluations (best {best})")
+                                   f"{self.wait} {evaluations} (best {best})")
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_round": self.best_round, "wait": self.wait}

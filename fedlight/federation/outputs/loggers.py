@@ -12,10 +12,12 @@ files/wandb-summary.json (as an online run has them), so both read without W&B's
 from __future__ import annotations
 
 import json
+import netrc
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlparse
 
 #: A run's loggers: csv is always on; tensorboard and wandb are added on request.
 LoggerName = Literal["csv", "tensorboard", "wandb"]
@@ -25,8 +27,20 @@ TAG_LENGTH = 64
 
 
 def wandb_offline() -> bool:
-    """W&B runs offline when WANDB_MODE says so or no API key is set."""
-    return os.environ.get("WANDB_MODE") == "offline" or not os.environ.get("WANDB_API_KEY")
+    """W&B runs offline when WANDB_MODE says so or no API key is known: neither
+    WANDB_API_KEY nor the entry ``wandb login`` writes to ~/.netrc for W&B's host."""
+    if os.environ.get("WANDB_MODE") == "offline":
+        return True
+    return not (os.environ.get("WANDB_API_KEY") or logged_in(
+        urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""))
+
+
+def logged_in(host: str) -> bool:
+    """Whether ~/.netrc (NETRC where set) holds a key for ``host``."""
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 def numbers(row: Mapping[str, Any]) -> dict[str, int | float]:
