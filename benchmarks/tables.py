@@ -1065,12 +1065,106 @@ def cifar10_gpfl_table1() -> Fields:
     return fields
 
 
+# ---------------------------------------------------------------------- cifar10_fedpick_domains
+DIGITS = ("MM", "MT", "UP", "SY", "SV")
+
+
+def cifar10_fedpick_domains() -> Fields:
+    folder = RESULTS / "cifar10_fedpick_domains"
+    runs = read_csv(folder / "runs.csv")
+    methods = ["FedPick", "FedBN", "Local", "FedAvg"]
+    fields: Fields = {"table": runs_table(
+        runs, [(m, m) for m in methods],
+        [("best personalized", "best personalized", "pm"),
+         ("last (round 60)", "last personalized", "pm"),
+         ("mean of the last 10 scored rounds (15-60)", "mean last-10 personalized", "pm"),
+         ("std over clients (fairness)", "std (fairness)", "m"),
+         ("wall s / run", "wall s / run", "s"), ("CPU s / run", "CPU s / run", "s")])}
+    domains_rows = read_csv(folder / "per_domain_round60.csv")
+    columns = list(dict.fromkeys(r["domain"] for r in domains_rows))
+    domains = [d for d in columns if d != "mean"]
+    cell = {(r["method"], r["domain"]): (float(r["mean"]), float(r["std"])) for r in domains_rows}
+    fields["domain_table"] = table(
+        ["method", *columns], "l" + "r" * len(columns),
+        [[m, *(f"{cell[m, d][0]:.2f} ± {cell[m, d][1]:.2f}" for d in columns)] for m in methods])
+    fields["runs"] = str(len(runs))
+    fields["seeds"] = str(len({r["seed"] for r in runs}))
+    cpu = [float(r["CPU s / run"]) for r in runs]
+    fields["cpu_minutes"] = f"{sum(cpu) / 60:.1f}"
+    fields["cpu_range"] = f"{min(cpu):.0f}-{max(cpu):.0f}"
+    fields["wall_minutes"] = f"{sum(float(r['wall s / run']) for r in runs) / 60:.1f}"
+
+    def mean(method: str, column: str = "best personalized") -> float:
+        return 100 * statistics.fmean(float(r[column]) for r in runs if r["method"] == method)
+
+    def std(method: str) -> float:
+        return 100 * statistics.stdev(float(r["best personalized"]) for r in runs
+                                      if r["method"] == method)
+
+    def paper_mean(method: str) -> float:
+        return statistics.fmean(paper(FEDPICK_PAPER, method, f"digits5/{d}") for d in DIGITS)
+
+    quoted = ["FedPick", "FedBN", "FedAvg", "SingleSet"]
+    fields["paper_order"] = " > ".join(
+        f"{m}{' (= Local)' if m == 'SingleSet' else ''} {paper_mean(m):.2f}"
+        for m in sorted(quoted, key=lambda m: -paper_mean(m)))
+    fields["paper_domains"] = ", ".join(
+        f"{m} {' / '.join(paper_digits(FEDPICK_PAPER, m, f'digits5/{d}') for d in DIGITS)}"
+        for m in quoted)
+    gap = mean("FedPick") - mean("FedBN")
+    paper_gap_ = paper_mean("FedPick") - paper_mean("FedBN")
+    fields["top"] = (f"FedPick {mean_std_points('FedPick', runs)} {compared(gap, 0)} FedBN "
+                     f"{mean_std_points('FedBN', runs)}")
+    fields["gap"] = f"{gap:.2f}"
+    fields["gap_stds"] = f"{gap / std('FedPick'):.1f}"
+    fields["paper_gap"] = f"{paper_gap_:.2f}"
+    ours, theirs = gap / mean("FedBN"), paper_gap_ / paper_mean("FedBN")
+    fields["relative"] = (f"{compared(ours, theirs, 'larger', 'smaller')} than the paper's "
+                          f"{paper_gap_:.2f} points on Digits-Five in relative terms "
+                          f"({100 * ours:.0f} % of FedBN's accuracy against {100 * theirs:.0f} %)")
+    last10 = "mean last-10 personalized"
+    holds = mean("FedPick", last10) > mean("FedBN", last10)
+    fields["last10"] = (f"{'holds' if holds else 'does not hold'} on the mean of the last ten "
+                        f"scored rounds ({mean('FedPick', last10):.2f} against "
+                        f"{mean('FedBN', last10):.2f})")
+    federated = ["FedPick", "FedBN", "FedAvg"]
+    fair = sorted(federated, key=lambda m: mean(m, "std (fairness)"))
+    fields["fairest"] = (f"{'also' if fair[0] == 'FedPick' else 'not'} the fairest federated "
+                         "method (client std " + ", ".join(
+                             f"{m} {mean(m, 'std (fairness)'):.1f}" for m in fair) + ")")
+    first = {d: max(methods, key=lambda m: cell[m, d][0]) for d in domains}
+    fedpick_first = [d for d in domains if first[d] == "FedPick"]
+    fields["fedpick_first"] = (f"{len(fedpick_first)} of the {len(domains)} domains "
+                               f"({joined(fedpick_first)})")
+    others = sorted({first[d] for d in domains} - {"FedPick"})
+    fields["others_first"] = "; ".join(
+        f"{m} is first on {joined([d for d in domains if first[d] == m])}" for m in others)
+    spread = {d: max(cell[m, d][0] for m in methods) - min(cell[m, d][0] for m in methods)
+              for d in domains}
+    widest = max(domains, key=spread.get)
+    fields["widest"] = widest
+    fields["widest_values"] = ", ".join(f"{m} {cell[m, widest][0]:.1f}" for m in sorted(
+        methods, key=lambda m: cell[m, widest][0]))
+    fields["recovers"] = f"{cell['FedPick', widest][0] - cell['FedBN', widest][0]:.2f}"
+    local = mean("Local")
+    fields["local_place"] = (
+        f"Local ({local:.2f}) sits "
+        + ("between FedBN" if mean("FedAvg") < local < mean("FedBN") else "outside FedBN")
+        + f" ({mean('FedBN'):.2f}) and FedAvg ({mean('FedAvg'):.2f})")
+    return fields
+
+
+def mean_std_points(method: str, runs: list[dict[str, str]]) -> str:
+    return mean_std([float(r["best personalized"]) for r in runs if r["method"] == method])
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
     "cifar100_privatize": cifar100_privatize,
     "cifar10_privatize": cifar10_privatize,
     "cifar10_gpfl_table1": cifar10_gpfl_table1,
+    "cifar10_fedpick_domains": cifar10_fedpick_domains,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 

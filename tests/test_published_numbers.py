@@ -388,14 +388,7 @@ def _channels_last() -> tuple:
     return min(ups), max(ups)
 
 
-def _fedpick_per_domain(method: str, domain: str) -> float:
-    rows = table(RESULTS / "cifar10_fedpick_domains.md", "method | identity")
-    return cell(next(r for r in rows if r["method"] == method)[domain])
-
-
 FEDPICK_C10 = "cifar10_fedpick_domains"
-# FedPick's Table II, Digits-Five, mean of the five domains (quoted in QUOTED)
-FEDPICK_PAPER_AVG = {"FedPick": 92.09, "FedBN": 88.60}
 
 CLAIMS.update({
     "benchmarks/results/cifar10_vs_pfllib.md": [
@@ -418,22 +411,6 @@ CLAIMS.update({
         Claim("PFLlib did one round ({:.1f} %) more training", lambda: (100 / 41,)),
         # two cores busy from 23:25 to 01:20 UTC
         Claim("took at most ~{:.1f} CPU-hours", lambda: (2 * (35 + 60 + 20) / 60,)),
-    ],
-    f"benchmarks/results/{FEDPICK_C10}.md": [
-        Claim("12 runs: {:.1f} CPU-minutes", lambda: (
-            sum(r["CPU s / run"] for r in runs(FEDPICK_C10)) / 60,)),
-        Claim("{:.1f} run-minutes of wall", lambda: (
-            sum(r["wall s / run"] for r in runs(FEDPICK_C10)) / 60,)),
-        Claim("a {:.2f}-point gap ({:.1f} of FedPick's seed stds), larger than the paper's "
-              "{:.2f} points", lambda: (
-                  results(FEDPICK_C10, "FedPick", "best personalized")
-                  - results(FEDPICK_C10, "FedBN", "best personalized"),
-                  (results(FEDPICK_C10, "FedPick", "best personalized")
-                   - results(FEDPICK_C10, "FedBN", "best personalized"))
-                  / (100 * _std(FEDPICK_C10, "FedPick", "best personalized")),
-                  FEDPICK_PAPER_AVG["FedPick"] - FEDPICK_PAPER_AVG["FedBN"])),
-        Claim("recovers {:.2f} points over FedBN", lambda: (
-            _fedpick_per_domain("FedPick", "invert") - _fedpick_per_domain("FedBN", "invert"),)),
     ],
     "docs/results.md": [
         Claim("GPFL first by {:.2f} points", _gpfl_c10_gaps),
@@ -523,11 +500,6 @@ QUOTED: dict[str, dict[str, str]] = {
     "benchmarks/results/gpu.md": {
         "NVIDIA H100 SXM datasheet: fp32 (non-tensor) peak, TFLOP/s": "67",
     },
-    f"benchmarks/results/{FEDPICK_C10}.md": {
-        "FedPick's Table II, Digits-Five: averages, then MM / MT / UP / SY / SV per method": (
-            "92.09 88.60 86.47 86.22 89.60 97.81 98.81 91.34 82.87 83.53 97.24 98.45 85.58 "
-            "78.22 80.93 96.88 97.37 83.98 73.19 82.45 95.89 97.94 84.21 70.63"),
-    },
     "benchmarks/results/cifar10_vs_pfllib.md": {
         "the threshold the reading explains differences above": "0.5",
     },
@@ -537,10 +509,6 @@ QUOTED: dict[str, dict[str, str]] = {
 # would record it), by file. The list may only shrink.
 UNRECORDED: dict[str, dict[str, str]] = {
     "benchmarks/results/baselines.md": {"the sweep's printed wall and CPU minutes": "33.1 8.5"},
-    f"benchmarks/results/{FEDPICK_C10}.md": {
-        "each run's per_client.json (the per-domain table)": "table: method | identity",
-        "the runs' curves, rounds 45 to 60 (metrics.csv)": "1.7 1.0 0.4 0.0",
-    },
     "benchmarks/results/cifar10_vs_pfllib.md": {
         "the runs' curves near round 40 (metrics.csv)": "0.1 0.2 1.7",
     },
