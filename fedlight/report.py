@@ -10,13 +10,15 @@ Written to ``DIR``:
   (std and coefficient of variation of client accuracies at the last round, as GPFL's
   Table 3), with the number of seeds;
 * ``curves.png``: personalized accuracy against the round, one line per method, setting and
-  round count (mean over seeds);
+  round count (the mean over seeds, with a band of one standard deviation);
 * ``curves.csv``: what the curves are drawn from, one row per run and evaluated round (method,
   setting, seed, rounds, round, personalized and global accuracy and the extra columns);
 * ``client_gain_<A>_vs_<B>.png``: histogram of per-client accuracy changes between the first
   two methods of a setting (MAP's Fig. 10), when ``--compare A B`` is given or exactly two
   methods share a setting;
 * ``partition_<setting>.png``: the partition heatmap of each setting.
+
+With ``--pdf`` every figure is also written as PDF (vector) beside its PNG.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 import shutil
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,15 @@ import yaml
 
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.files import csv_number
+from fedlight.data.stats import save_heatmap
+from fedlight.plotting import (
+    figure_formats,
+    integer_axis,
+    legend_outside,
+    mean_band,
+    save_figure,
+    with_pdf,
+)
 
 PARTITION_PARAMETER = {"dirichlet": "beta", "pathological": "classes_per_client",
                        "shards": "shards_per_client"}
@@ -217,36 +228,30 @@ def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_curves(runs: Sequence[Run], path: Path) -> None:
-    """Personalized accuracy against the round, mean over seeds, per method, setting and
-    round count."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def plot_curves(runs: Sequence[Run], path: Path, formats: Iterable[str] | None = None
+                ) -> list[Path]:
+    """Personalized accuracy against the round per method, setting and round count: the mean
+    over seeds, with a band of one sample standard deviation where two or more seeds have
+    the round. Written in each of ``formats`` (default PNG); returns the files."""
     groups: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         for row in run.history:
             if math.isfinite(row.get("personalized_accuracy", math.nan)):
                 groups[f"{run.method} {run.setting} ({run.rounds} rounds)"][row["round"]].append(
-                    row["personalized_accuracy"])
-    for label, by_round in sorted(groups.items()):
-        rounds = sorted(by_round)
-        ax.plot(rounds, [statistics.mean(by_round[r]) for r in rounds], label=label)
-    ax.set_xlabel("round")
-    ax.set_ylabel("personalized accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                    100 * row["personalized_accuracy"])
+
+    def draw(axes: Any) -> None:
+        ax = axes[0][0]
+        for label, by_round in sorted(groups.items()):
+            mean_band(ax, by_round, label)
+        integer_axis(ax.xaxis)
+        ax.set_xlabel("round")
+        ax.set_ylabel("personalized accuracy (%)")
+        seeds = max((len(v) for by_round in groups.values() for v in by_round.values()),
+                    default=1)
+        legend_outside(ax, title="mean ± std over seeds" if seeds > 1 else None)
+
+    return save_figure(path, draw, (7.5, 4.0), formats=formats)
 
 
 def write_curves_csv(runs: Sequence[Run], path: Path, extra: Sequence[str] = ()) -> None:
@@ -277,19 +282,32 @@ def client_gains(first: Sequence[Run], second: Sequence[Run]) -> list[float]:
     return gains
 
 
-def plot_gain_histogram(gains: Sequence[float], names: tuple[str, str], path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.hist([100 * g for g in gains], bins=20, color="tab:blue", edgecolor="white")
-    ax.axvline(0, color="black", lw=1)
-    ax.set_xlabel(f"per-client accuracy change, {names[1]} - {names[0]} (points)")
-    ax.set_ylabel("clients")
-    from matplotlib.ticker import MaxNLocator
+def plot_gain_histogram(gains: Sequence[float], names: tuple[str, str], path: Path,
+                        formats: Iterable[str] | None = None) -> list[Path]:
+    """Histogram of per-client accuracy changes, second method minus first, in points."""
+    def draw(axes: Any) -> None:
+        ax = axes[0][0]
+        ax.hist([100 * g for g in gains], bins=20, color="tab:blue", edgecolor="white")
+        ax.axvline(0, color="black", lw=1)
+        ax.set_xlabel(f"per-client accuracy change, {names[1]} - {names[0]} (points)")
+        ax.set_ylabel("clients")
+        integer_axis(ax.yaxis)  # whole clients
 
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole clients on the y axis
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save_figure(path, draw, (6.0, 4.0), formats=formats)
+
+
+def plot_partition(run: Run, path: Path, formats: Iterable[str] | None = None) -> list[Path]:
+    """A run's partition heatmap, drawn again from its ``partition_stats.json`` (in each of
+    ``formats``), or its ``partition.png`` copied where it has no statistics; no file where
+    it has neither."""
+    stats = run.path / "partition_stats.json"
+    if stats.is_file():
+        return save_heatmap(json.loads(stats.read_text()), path, formats)
+    heatmap = run.path / "partition.png"
+    if not heatmap.is_file():
+        return []
+    shutil.copyfile(heatmap, path)
+    return [path]
 
 
 def _safe(name: str) -> str:
@@ -325,18 +343,24 @@ def check_compare(runs: Sequence[Run], compare: tuple[str, str]) -> None:
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path,
-                 compare: tuple[str, str] | None = None) -> Path:
-    """Write ``report.md`` and its PNGs for the given run folders into ``out``."""
-    return write_report_of_runs([read_run(p) for p in run_dirs], out, compare)
+                 compare: tuple[str, str] | None = None,
+                 formats: Iterable[str] | None = None) -> Path:
+    """Write ``report.md`` and its figures (PNG, and PDF where ``formats`` asks) for the given
+    run folders into ``out``."""
+    return write_report_of_runs([read_run(p) for p in run_dirs], out, compare,
+                                formats=formats)
 
 
 def write_report_of_runs(runs: Sequence[Run], out: str | Path,
                          compare: tuple[str, str] | None = None,
                          title: str = "# fedlight report", notes: Sequence[str] = (),
-                         extra: Sequence[str] = ()) -> Path:
+                         extra: Sequence[str] = (), formats: Iterable[str] | None = None
+                         ) -> Path:
     """``write_report`` of runs already read (their method and setting may be relabelled,
     as ``fedlight sweep`` does), with ``notes`` (Markdown lines) after the title and the
-    ``extra`` metrics.csv columns in the table."""
+    ``extra`` metrics.csv columns in the table; figures in each of ``formats`` (default PNG,
+    or FEDLIGHT_FIGURE_FORMATS: see :mod:`fedlight.plotting`)."""
+    formats = figure_formats(formats)
     runs, repeated = one_run_per_seed(runs)
     if not runs:
         raise ConfigError("give at least one run folder")
@@ -349,24 +373,22 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
         sections += [f"Not counted (an older run of the same method, setting, rounds and seed): "
                      f"{', '.join(str(r.path) for r in repeated)}.", ""]
     sections += [results_table(runs, extra), "", "![curves](curves.png)", ""]
-    plot_curves(runs, out / "curves.png")
+    plot_curves(runs, out / "curves.png", formats)
     write_curves_csv(runs, out / "curves.csv", extra)
     by_setting: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         by_setting[run.setting].append(run)
     for setting, members in sorted(by_setting.items()):
-        heatmap = members[0].path / "partition.png"
-        if heatmap.is_file():
-            name = f"partition_{_safe(setting)}.png"
-            shutil.copyfile(heatmap, out / name)
+        name = f"partition_{_safe(setting)}.png"
+        if plot_partition(members[0], out / name, formats):
             sections += [f"## Partition {setting}", "", f"![partition]({name})", ""]
-        sections += _gain_sections(members, setting, compare, out)
+        sections += _gain_sections(members, setting, compare, out, formats)
     (out / "report.md").write_text("\n".join(sections))
     return out / "report.md"
 
 
 def _gain_sections(members: Sequence[Run], setting: str, compare: tuple[str, str] | None,
-                   out: Path) -> list[str]:
+                   out: Path, formats: Iterable[str] | None = None) -> list[str]:
     """The per-client gain histogram of the compared pair on one setting (each round count
     apart), as Markdown lines."""
     sections: list[str] = []
@@ -381,7 +403,7 @@ def _gain_sections(members: Sequence[Run], setting: str, compare: tuple[str, str
             if gains:
                 name = (f"client_gain_{_safe(pair[0])}_vs_{_safe(pair[1])}_{_safe(setting)}"
                         f"{suffix}.png")
-                plot_gain_histogram(gains, pair, out / name)
+                plot_gain_histogram(gains, pair, out / name, formats)
                 better = sum(g > 0 for g in gains) / len(gains)
                 sections += [f"## {pair[1]} vs {pair[0]} on {setting} ({rounds} rounds)", "",
                              f"{100 * better:.0f} % of clients gain accuracy.", "",
@@ -395,7 +417,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", default="report", help="output folder (default: report)")
     parser.add_argument("--compare", nargs=2, metavar=("BASE", "OTHER"),
                         help="two method names for the per-client gain histogram")
+    parser.add_argument("--pdf", action="store_true",
+                        help="write every figure as PDF (vector) beside its PNG")
     options = parser.parse_args(argv)
     path = write_report(options.runs, options.out,
-                        tuple(options.compare) if options.compare else None)
+                        tuple(options.compare) if options.compare else None,
+                        with_pdf(options.pdf))
     print(path.read_text())

@@ -305,3 +305,59 @@ def test_the_dlg_table_names_cells_as_gpfls_table_5(tmp_path):
     assert "| 18.00 ± 1.41 |" in (tmp_path / "dlg_table.md").read_text()
     with pytest.raises(MissingFileError, match="runs.csv' does not exist"):
         write_table(tmp_path / "nothing")
+
+
+# ------------------------------------------------------------------------- figures
+@pytest.fixture
+def legends(monkeypatch):
+    """The legend entries (title, texts) of every panel of every figure saved meanwhile."""
+    from matplotlib.figure import Figure
+
+    seen: list[tuple[str, list[str]]] = []
+    savefig = Figure.savefig
+
+    def record(figure, *args, **kwargs):
+        for ax in figure.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                seen.append((legend.get_title().get_text(),
+                             [text.get_text() for text in legend.get_texts()]))
+        return savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    return seen
+
+
+def test_tsne_names_every_one_of_twenty_clients_in_its_legend(tmp_path, legends):
+    torch.manual_seed(0)
+    client = FedAvg(backbone="mlp", num_classes=10, input_shape=(1, 8, 8), lr=0.05)
+    data = FederatedDataModule(source="digits", num_clients=20, partition="iid")
+    trainer = FederatedTrainer(rounds=1, batch_size=32, accelerator="cpu", devices=1,
+                               default_root_dir=str(tmp_path), run_name="twenty",
+                               progress_bar=False, verbose=False, threads=1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.fit(client, data)
+    analyze("tsne", tmp_path / "twenty", tmp_path / "out", samples_per_client=3,
+            perplexity=5)
+    by_client = [texts for title, texts in legends if title == "client"]
+    assert by_client == [[str(k) for k in range(20)]] * 2  # personalized and global model
+    by_class = [texts for title, texts in legends if title == "class"]
+    assert by_class and all(texts == sorted(texts, key=int) for texts in by_class)
+
+
+def test_analyze_pdf_writes_a_vector_figure_beside_the_png_without_paper_figure_numbers(
+        runs, tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles: list[str] = []
+    savefig = Figure.savefig
+
+    def record(figure, *args, **kwargs):
+        titles.extend(ax.get_title() for ax in figure.axes)
+        return savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    main(["analyze", "selection", str(runs["fedpick"]), "--out", str(tmp_path), "--pdf"])
+    assert (tmp_path / "selection.pdf").read_bytes().startswith(b"%PDF")
+    assert f"wrote {tmp_path / 'selection.pdf'}" in capsys.readouterr().out
+    assert titles and not [t for t in titles if "Fig." in t]

@@ -44,6 +44,14 @@ def test_report_tables_and_pngs_from_two_methods(tmp_path):
     assert "% of clients gain accuracy" in report
 
 
+def test_report_pdf_writes_every_figure_as_pdf_too(tmp_path):
+    runs = [run(tmp_path, FedAvg, seed) for seed in (0, 1)]
+    main(["report", *map(str, runs), "--out", str(tmp_path / "report"), "--pdf"])
+    for name in ("curves", "partition_synthetic_iid"):
+        assert (tmp_path / "report" / f"{name}.png").is_file()
+        assert (tmp_path / "report" / f"{name}.pdf").read_bytes().startswith(b"%PDF"), name
+
+
 def test_report_writes_every_evaluated_round_of_every_run_as_curves_csv(tmp_path):
     runs = [run(tmp_path, cls, seed, rounds=3) for cls in (FedAvg, Local) for seed in (0, 1)]
     write_report(runs, tmp_path / "report")

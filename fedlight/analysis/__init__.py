@@ -2,8 +2,9 @@
 
 Every module of this package that defines ``analyze(run, out, **options)`` is an analysis,
 named after its module (``fisher_knn`` -> ``fisher-knn``): a new analysis is one new file, no
-registry to edit. Each writes a figure (PNG) and its numbers (CSV) into the run folder (or
-``out``); its module docstring names the paper figure it reproduces.
+registry to edit. Each writes a figure (PNG; PDF too with ``formats=("png", "pdf")``, ``--pdf``
+on the command line; drawn with :mod:`fedlight.plotting`) and its numbers (CSV) into the run
+folder (or ``out``); its module docstring names the paper figure it reproduces.
 
 Python::
 
@@ -20,12 +21,14 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from fedlight.core.errors import ConfigError
 from fedlight.errors import did_you_mean
+from fedlight.plotting import figure_formats
 
 
 @functools.cache
@@ -50,14 +53,18 @@ def analysis(name: str) -> ModuleType:
 
 
 def analyze(name: str, run_dir: str | Path, out: str | Path | None = None,
-            checkpoint: str = "last", **options: Any) -> list[Path]:
-    """Run analysis ``name`` on a finished run folder; write its PNG and CSV into ``out``
-    (default: the run folder). Returns the paths written."""
+            checkpoint: str = "last", formats: Sequence[str] | None = None,
+            **options: Any) -> list[Path]:
+    """Run analysis ``name`` on a finished run folder; write its CSV and its figure (in each
+    of ``formats``: ``png``, ``pdf``; default PNG) into ``out`` (default: the run folder).
+    Returns the paths written."""
     from fedlight.analysis.runs import load_finished_run
 
     module = analysis(name)
+    figure_formats(formats)  # an unknown format is refused before the run is loaded
     run = load_finished_run(run_dir, checkpoint)
-    written: list[Path] = module.analyze(run, Path(out) if out else run.folder, **options)
+    written: list[Path] = module.analyze(run, Path(out) if out else run.folder,
+                                         formats=formats, **options)
     return written
 
 

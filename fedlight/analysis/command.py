@@ -1,4 +1,4 @@
-"""``fedlight analyze <analysis> RUN_DIR [--out DIR] [--checkpoint last] [options]``.
+"""``fedlight analyze <analysis> RUN_DIR [--out DIR] [--checkpoint last] [--pdf] [options]``.
 
 Each analysis's options are the keyword arguments of its ``analyze`` function (read by
 jsonargparse, with their docstring as help): ``fedlight analyze tsne --help`` lists them.
@@ -10,10 +10,12 @@ from collections.abc import Sequence
 
 from fedlight.analysis import analyses, analysis, analyze
 from fedlight.errors import FedlightParser
+from fedlight.plotting import with_pdf
 
-USAGE = "fedlight analyze <analysis> RUN_DIR [--out DIR] [--checkpoint last|best|FILE] [options]"
+USAGE = ("fedlight analyze <analysis> RUN_DIR [--out DIR] [--checkpoint last|best|FILE] [--pdf] "
+         "[options]")
 #: The arguments every analysis takes; the rest are its own.
-COMMON = ("run_dir", "out", "checkpoint")
+COMMON = ("run_dir", "out", "checkpoint", "pdf")
 
 
 def overview() -> str:
@@ -36,7 +38,9 @@ def parser_of(name: str) -> FedlightParser:
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
     parser.add_argument("--checkpoint", default="last",
                         help="last, best (the round chosen on validation) or a checkpoint file")
-    parser.add_function_arguments(module.analyze, skip={"run", "out"})
+    parser.add_argument("--pdf", action="store_true",
+                        help="write the figure as PDF (vector) beside the PNG")
+    parser.add_function_arguments(module.analyze, skip={"run", "out", "formats"})
     return parser
 
 
@@ -51,7 +55,7 @@ def main(argv: Sequence[str]) -> None:
     common = {key: options.pop(key) for key in COMMON}
     options.pop("config", None)
     for path in analyze(name, common["run_dir"], common["out"], common["checkpoint"],
-                        **options):
+                        formats=with_pdf(common["pdf"]), **options):
         print(f"wrote {path}")
 
 

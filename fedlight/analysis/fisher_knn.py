@@ -27,6 +27,7 @@ from fedlight.analysis.outputs import write_outputs
 from fedlight.analysis.runs import FinishedRun
 from fedlight.clients.fedpick import fisher_scores
 from fedlight.core.errors import ConfigError
+from fedlight.plotting import legend_outside
 
 MODELS = ("personalized", "global")
 RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -98,7 +99,7 @@ def client_split_features(run: FinishedRun, client_id: int, feature: str, model:
 
 def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT,
             ratios: tuple[float, ...] = RATIOS, neighbors: int = 10,
-            model: str = "personalized") -> list[Path]:
+            model: str = "personalized", formats: Sequence[str] | None = None) -> list[Path]:
     """FedPick's Fisher-score feature selection probed with k-NN, per client.
 
     Args:
@@ -108,6 +109,7 @@ def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT,
         ratios: shares of the features kept (paper: 0.1 to 1.0).
         neighbors: K of the k-NN probe (paper: 10).
         model: ``personalized`` (each client's model; FedBN's in the paper) or ``global``.
+        formats: the figure's formats (default PNG; see :mod:`fedlight.plotting`).
     """
     check_options(ratios, neighbors, model)
     rows: list[dict[str, Any]] = []
@@ -120,21 +122,23 @@ def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT,
               "accuracy": sum(r["accuracy"] for r in rows[i::len(ratios)]) / run.num_clients}
              for i, ratio in enumerate(ratios)]
 
+    names = run.client_labels
+
     def draw(axes: Any) -> None:
         ax = axes[0][0]
         for client_id in range(run.num_clients):
             mine = rows[client_id * len(ratios):(client_id + 1) * len(ratios)]
             ax.plot([100 * r["ratio"] for r in mine], [100 * r["accuracy"] for r in mine],
-                    marker="o", ms=3, lw=1, alpha=0.7, label=f"client {client_id}")
+                    marker="o", ms=3, lw=1, alpha=0.7, label=names[client_id])
         ax.plot([100 * r["ratio"] for r in means], [100 * r["accuracy"] for r in means],
                 color="black", lw=2, marker="s", ms=4, label="mean")
         ax.set_xlabel("features kept, top Fisher score (%)")
         ax.set_ylabel(f"{neighbors}-NN test accuracy (%)")
-        ax.set_title(f"{run.method}: input of {features}, {model} model", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(f"{run.method}: input of {features}, {model} model")
+        legend_outside(ax, title="client")
 
     return write_outputs(out, {"fisher_knn.csv": rows + means},
-                         {"fisher_knn.png": (draw, (6.0, 4.2), (1, 1))})
+                         {"fisher_knn.png": (draw, (6.5, 4.2), (1, 1))}, formats)
 
 
 __all__ = ["RATIOS", "analyze", "fisher_ranking", "kept_count", "knn_accuracy", "probe_curve"]

@@ -30,11 +30,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedlight.analysis.outputs import save_figure, write_csv
+from fedlight.analysis.outputs import write_csv
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 from fedlight.federation.outputs.checkpoints import load_checkpoint
+from fedlight.plotting import save_figure, with_pdf
 
 
 def grid_values(step: float) -> list[float]:
@@ -126,9 +127,11 @@ def _correct_counts(model: Privatize, x: torch.Tensor, y: torch.Tensor,
 
 # ===================================================================== outputs
 def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str = "",
-                 metric: str = "accuracy") -> Path:
+                 metric: str = "accuracy", formats: Sequence[str] | None = None
+                 ) -> list[Path]:
     """Heatmap of ``metric`` over ``alpha`` (rows) and ``beta`` (columns), as the paper's
-    Fig. 9; the best cell is outlined."""
+    Fig. 9; the best cell is outlined. Written as ``path`` in each of ``formats`` (default
+    PNG; see :mod:`fedlight.plotting`); returns the files."""
     from matplotlib.patches import Rectangle
 
     alphas = sorted({r["alpha"] for r in rows})
@@ -144,6 +147,7 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
         ax.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
         ax.set_xlabel("beta (weight of the shared classifier)")
         ax.set_ylabel("alpha (weight of the shared encoder)")
+        ax.grid(False)
         if len(betas) <= 11:
             low, high = min(map(min, grid)), max(map(max, grid))
             for i, row in enumerate(grid):
@@ -157,7 +161,7 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
         ax.figure.colorbar(image, ax=ax, label=f"personalized {metric}")
         ax.set_title(title or "interpolation between shared and private components")
 
-    return save_figure(Path(path), draw, (size, size * 0.85))
+    return save_figure(Path(path), draw, (size, size * 0.85), formats=formats)
 
 
 # ===================================================================== command line
@@ -175,10 +179,11 @@ def read_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
 
 
 def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | None = None,
-                      checkpoint: str | Path | None = None, device: str = "cpu"
-                      ) -> dict[str, Any]:
-    """Evaluate the grid of a run folder; write ``interpolation.csv`` / ``.png`` into ``out``
-    (default: the run folder). Returns the rows, the best cell and the two file paths."""
+                      checkpoint: str | Path | None = None, device: str = "cpu",
+                      formats: Sequence[str] | None = None) -> dict[str, Any]:
+    """Evaluate the grid of a run folder; write ``interpolation.csv`` and the figure
+    ``interpolation.png`` (and ``.pdf`` where ``formats`` asks) into ``out`` (default: the run
+    folder). Returns the rows, the best cell, the CSV's path and the figure's files."""
     run_dir = Path(run_dir)
     checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
     if not checkpoint.is_file():
@@ -188,9 +193,10 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
     out_dir = Path(out) if out else run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = write_csv(out_dir / "interpolation.csv", rows)
-    png_path = plot_heatmap(rows, out_dir / "interpolation.png", title=run_dir.name)
+    figures = plot_heatmap(rows, out_dir / "interpolation.png", title=run_dir.name,
+                           formats=formats)
     best = max(rows, key=lambda r: r["accuracy"])
-    return {"rows": rows, "best": best, "csv": csv_path, "png": png_path}
+    return {"rows": rows, "best": best, "csv": csv_path, "png": figures[0], "figures": figures}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -204,14 +210,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--checkpoint", default=None,
                         help="checkpoint file (default: RUN_DIR/checkpoints/last.ckpt)")
     parser.add_argument("--device", default="cpu", help="evaluation device (cpu, cuda, ...)")
+    parser.add_argument("--pdf", action="store_true", help="write the figure as PDF too")
     args = parser.parse_args(argv)
-    result = run_interpolation(args.run_dir, args.step, args.out, args.checkpoint, args.device)
+    result = run_interpolation(args.run_dir, args.step, args.out, args.checkpoint, args.device,
+                               with_pdf(args.pdf))
     rows = {(r["alpha"], r["beta"]): r["accuracy"] for r in result["rows"]}
     best = result["best"]
     print(f"alpha=beta=1 (shared model): {rows[(1.0, 1.0)]:.4f}   "
           f"alpha=beta=0 (private model): {rows[(0.0, 0.0)]:.4f}   "
           f"best: {best['accuracy']:.4f} at alpha={best['alpha']:g}, beta={best['beta']:g}")
-    print(f"wrote {result['csv']} and {result['png']}")
+    print(f"wrote {result['csv']} and {' and '.join(map(str, result['figures']))}")
 
 
 if __name__ == "__main__":

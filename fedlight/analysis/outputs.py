@@ -1,17 +1,19 @@
-"""Writing an analysis's numbers (CSV), tables (Markdown) and figure (PNG, matplotlib's Agg
-backend), each whole or not at all (:func:`fedlight.core.files.atomic_write`)."""
+"""Writing an analysis's numbers (CSV), tables (Markdown) and figures (PNG, and PDF on
+request, in :mod:`fedlight.plotting`'s style), each whole or not at all
+(:func:`fedlight.core.files.atomic_write`)."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedlight.core.errors import FedlightError
 from fedlight.core.files import atomic_write
 from fedlight.errors import exit_with_error
+from fedlight.plotting import Draw, save_figure
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -34,40 +36,18 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+Figure = tuple[Draw, tuple[float, float], tuple[int, int]]
 
 
-def save_figure(path: Path, draw: Callable[[Any], Any], size: tuple[float, float],
-                shape: tuple[int, int] = (1, 1)) -> Path:
-    """A figure of ``shape`` panels drawn by ``draw(axes)`` (a 2-D array of axes), saved to
-    ``path`` (temporary file, then renamed)."""
-    plt = pyplot()
-    figure, axes = plt.subplots(*shape, figsize=size, squeeze=False)
-    try:
-        draw(axes)
-        figure.tight_layout()
-        atomic_write(path, lambda stream: figure.savefig(stream, dpi=120,
-                                                          format=path.suffix.lstrip(".")))
-    finally:
-        plt.close(figure)
-    return path
-
-
-def write_outputs(out: Path, tables: Mapping[str, Rows],
-                  figures: Mapping[str, tuple[Callable[[Any], Any], tuple[float, float],
-                                              tuple[int, int]]]) -> list[Path]:
+def write_outputs(out: Path, tables: Mapping[str, Rows], figures: Mapping[str, Figure],
+                  formats: Iterable[str] | None = None) -> list[Path]:
     """Write every table (``name.csv`` -> rows) and figure (``name.png`` -> ``(draw, size,
-    shape)``) into ``out`` once all are computed; returns the paths written."""
+    shape)``, in each of ``formats``: see :func:`fedlight.plotting.save_figure`) into ``out``
+    once all are computed; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = [write_csv(out / name, rows) for name, rows in tables.items()]
-    written += [save_figure(out / name, *spec) for name, spec in figures.items()]
+    for name, (draw, size, shape) in figures.items():
+        written += save_figure(out / name, draw, size, shape, formats)
     return written
 
 
@@ -84,5 +64,4 @@ def write_and_print(write: Callable[[], list[Path]]) -> None:
     print(written[-1].read_text())
 
 
-__all__ = ["pyplot", "save_figure", "write_and_print", "write_csv", "write_outputs",
-           "write_text"]
+__all__ = ["Figure", "write_and_print", "write_csv", "write_outputs", "write_text"]

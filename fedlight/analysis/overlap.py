@@ -13,6 +13,7 @@ client) and ``overlap.png`` (its heatmap).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def importance(run: FinishedRun, client_id: int, by: str, features: str) -> Tens
 
 
 def analyze(run: FinishedRun, out: Path, *, by: str = "mask", top: float = 0.5,
-            features: str = HEAD_INPUT) -> list[Path]:
+            features: str = HEAD_INPUT, formats: Sequence[str] | None = None) -> list[Path]:
     """Pairwise overlap of the clients' important features.
 
     Args:
@@ -67,6 +68,7 @@ def analyze(run: FinishedRun, out: Path, *, by: str = "mask", top: float = 0.5,
             score of the features, any method).
         top: the share of the features that counts as important (paper: 0.5).
         features: with ``by: fisher``, the module whose input is the feature vector.
+        formats: the figure's formats (default PNG; see :mod:`fedlight.plotting`).
     """
     if by not in RANKINGS:
         raise ConfigError(f"unknown by {by!r}; valid: {', '.join(RANKINGS)}")
@@ -79,12 +81,15 @@ def analyze(run: FinishedRun, out: Path, *, by: str = "mask", top: float = 0.5,
     matrix = overlap_matrix(important)
     clients = [str(i) for i in range(run.num_clients)]
     rows = [{"client": i, **dict(zip(clients, row, strict=True))} for i, row in enumerate(matrix)]
+    names = run.client_labels
 
     def draw(axes: Any) -> None:
         ax = axes[0][0]
         image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis")
-        ax.set_xticks(range(len(clients)), clients)
-        ax.set_yticks(range(len(clients)), clients)
+        ax.set_xticks(range(len(clients)), names, rotation=90 if len(max(names, key=len)) > 3
+                      else 0)
+        ax.set_yticks(range(len(clients)), names)
+        ax.grid(False)
         ax.set_xlabel("client")
         ax.set_ylabel("client")
         if len(clients) <= 12:
@@ -93,11 +98,11 @@ def analyze(run: FinishedRun, out: Path, *, by: str = "mask", top: float = 0.5,
                     ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
                             color="black" if value > 0.6 else "white")
         ax.figure.colorbar(image, ax=ax, label="overlap (intersection / union)")
-        ax.set_title(f"{run.method}: top {100 * top:g} % features by {by}", fontsize=9)
+        ax.set_title(f"{run.method}: top {100 * top:g} % features by {by}")
 
     size = max(4.0, 0.5 * len(clients) + 2.5)
     return write_outputs(out, {"overlap.csv": rows},
-                         {"overlap.png": (draw, (size + 1.0, size), (1, 1))})
+                         {"overlap.png": (draw, (size + 1.0, size), (1, 1))}, formats)
 
 
 __all__ = ["RANKINGS", "analyze", "jaccard", "overlap_matrix", "top_features"]

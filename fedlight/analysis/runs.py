@@ -38,6 +38,7 @@ from fedlight.federation.options import TrainerOptions
 from fedlight.federation.outputs.checkpoints import NAMED, load_checkpoint
 from fedlight.federation.processes.collectives import Distributed
 from fedlight.federation.runtime import ClientRuntime, build_client_runtime
+from fedlight.plotting import client_labels
 
 #: What a run folder holds that every analysis needs.
 RUN_FILES = ("config.yaml", "partition.json")
@@ -73,6 +74,12 @@ class FinishedRun:
     @property
     def num_clients(self) -> int:
         return int(self.datamodule.num_clients)
+
+    @property
+    def client_labels(self) -> list[str]:
+        """How figures name the clients: each one's domain or group where the data names
+        them (digits5, Office-Caltech-10), else its number."""
+        return client_labels(self.num_clients, self.datamodule.client_names())
 
     @property
     def trainer_config(self) -> dict[str, Any]:

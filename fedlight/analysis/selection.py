@@ -13,6 +13,7 @@ Writes ``selection.csv`` (client, keep_ratio, fisher_relevant, fisher_irrelevant
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from fedlight.analysis.features import check_masks, client_features, selection_m
 from fedlight.analysis.outputs import write_outputs
 from fedlight.analysis.runs import FinishedRun
 from fedlight.clients.fedpick import fisher_scores
+from fedlight.plotting import legend_outside
 
 RELEVANT, IRRELEVANT = "pfsm.relevant_head", "pfsm.irrelevant_head"
 
@@ -43,36 +45,39 @@ def client_selection(run: FinishedRun, client_id: int) -> dict[str, Any]:
             "fisher_irrelevant": finite_mean(fisher_scores(features[IRRELEVANT], y))}
 
 
-def analyze(run: FinishedRun, out: Path) -> list[Path]:
+def analyze(run: FinishedRun, out: Path, *, formats: Sequence[str] | None = None
+            ) -> list[Path]:
     """FedPick's keep ratio and the Fisher scores of its selected and dropped features.
 
     Args:
         run: the finished run (FedPick with its PFSM).
         out: the folder to write into.
+        formats: the figure's formats (default PNG; see :mod:`fedlight.plotting`).
     """
     check_masks(run.model, "selection")
     rows = [client_selection(run, i) for i in range(run.num_clients)]
+
+    names = run.client_labels
 
     def draw(axes: Any) -> None:
         keep_ax, fisher_ax = axes[0]
         clients = [r["client"] for r in rows]
         keep_ax.bar(clients, [100 * r["keep_ratio"] for r in rows])
-        keep_ax.set_xticks(clients)
+        keep_ax.set_xticks(clients, [names[c] for c in clients])
         keep_ax.set_xlabel("client")
         keep_ax.set_ylabel("features selected (%)")
-        keep_ax.set_title("selection ratio (Fig. 7)", fontsize=9)
+        keep_ax.set_title("selection ratio")
         for offset, key in ((-0.2, "fisher_relevant"), (0.2, "fisher_irrelevant")):
             fisher_ax.bar([c + offset for c in clients], [r[key] for r in rows], 0.4,
                           label=key.replace("fisher_", "task-"))
-        fisher_ax.set_xticks(clients)
+        fisher_ax.set_xticks(clients, [names[c] for c in clients])
         fisher_ax.set_xlabel("client")
         fisher_ax.set_ylabel("mean Fisher score")
-        fisher_ax.set_title("Fisher score of the selected / dropped features (Fig. 9)",
-                            fontsize=9)
-        fisher_ax.legend(fontsize=7)
+        fisher_ax.set_title("Fisher score of the selected / dropped features")
+        legend_outside(fisher_ax)
 
     return write_outputs(out, {"selection.csv": rows},
-                         {"selection.png": (draw, (10.0, 4.0), (1, 2))})
+                         {"selection.png": (draw, (11.0, 4.0), (1, 2))}, formats)
 
 
 __all__ = ["analyze", "client_selection", "finite_mean"]

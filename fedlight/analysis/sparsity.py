@@ -26,6 +26,7 @@ per-round series, where the run logged one) and ``sparsity.png``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from fedlight.analysis.runs import FinishedRun
 from fedlight.clients.fedpick import feature_sparsity_ratio
 from fedlight.core.errors import ConfigError
 from fedlight.federation.probes import Probe
+from fedlight.plotting import integer_axis, legend_outside
 
 PROBE_COLUMN = "feature_sparsity"
 KEEP_COLUMN = "train/keep_ratio_clean"
@@ -134,8 +136,8 @@ def around_aggregation(run: FinishedRun, features: str, eps: float) -> list[dict
     return [{key: row[key] for key in order} for row in rows]
 
 
-def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT, eps: float = 1e-5
-            ) -> list[Path]:
+def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT, eps: float = 1e-5,
+            formats: Sequence[str] | None = None) -> list[Path]:
     """Feature sparsity over rounds (where logged) and before / after aggregation.
 
     Args:
@@ -143,6 +145,7 @@ def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT, eps: flo
         out: the folder to write into.
         features: the module whose input is the feature (default ``model.head``).
         eps: the threshold of a near-zero component (paper: 1e-5).
+        formats: the figure's formats (default PNG; see :mod:`fedlight.plotting`).
     """
     if not eps >= 0:
         raise ConfigError(f"eps must be >= 0, got {eps}")
@@ -150,33 +153,48 @@ def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT, eps: flo
     clients = around_aggregation(run, features, eps)
     tables = {"sparsity.csv": clients, **({"sparsity_rounds.csv": series} if series else {})}
 
+    names = run.client_labels
+
     def draw(axes: Any) -> None:
         rounds_ax, bars_ax = axes[0]
         for key in (series[0] if series else {}):
             if key != "round":
                 rounds_ax.plot([r["round"] for r in series], [r[key] for r in series],
-                               lw=2 if key in (PROBE_COLUMN, "mask_sparsity") else 1, label=key)
-        if series:
-            rounds_ax.legend(fontsize=7)
-        else:
+                               lw=2 if key in (PROBE_COLUMN, "mask_sparsity") else 1,
+                               label=series_label(key, names))
+        if not series:
             rounds_ax.text(0.5, 0.5, "no per-round sparsity in metrics.csv\n(add the "
-                           "FeatureSparsity probe)", ha="center", va="center", fontsize=8)
+                           "FeatureSparsity probe)", ha="center", va="center")
+        integer_axis(rounds_ax.xaxis)
         rounds_ax.set_xlabel("round")
         rounds_ax.set_ylabel("sparsity ratio")
-        rounds_ax.set_title("(a) over rounds", fontsize=9)
+        rounds_ax.set_title("(a) over rounds")
+        legend_outside(rounds_ax)
         kinds = [k for k in clients[0] if k != "client"]
         width = 0.8 / len(kinds)
         for index, kind in enumerate(kinds):
             bars_ax.bar([c["client"] + index * width for c in clients],
-                        [c[kind] for c in clients], width, label=kind)
+                        [c[kind] for c in clients], width, label=kind.replace("_", " "))
         bars_ax.set_xticks([c["client"] + 0.4 - width / 2 for c in clients],
-                           [str(c["client"]) for c in clients])
+                           [names[c["client"]] for c in clients])
         bars_ax.set_xlabel("client")
-        bars_ax.set_title(f"(b) before / after aggregation, input of {features}", fontsize=9)
-        bars_ax.legend(fontsize=7)
+        bars_ax.set_ylabel("sparsity ratio")
+        bars_ax.set_title(f"(b) before / after aggregation, input of {features}")
+        legend_outside(bars_ax)
 
-    return write_outputs(out, tables, {"sparsity.png": (draw, (11.0, 4.2), (1, 2))})
+    return write_outputs(out, tables, {"sparsity.png": (draw, (12.0, 4.2), (1, 2))}, formats)
+
+
+def series_label(column: str, names: list[str]) -> str:
+    """A per-round series as a legend names it: ``feature_sparsity/client_3`` -> ``client
+    3`` (or its domain), the mean ``feature_sparsity`` -> ``mean over clients``."""
+    if column == PROBE_COLUMN:
+        return "mean over clients"
+    if column.startswith(f"{PROBE_COLUMN}/client_"):
+        client = int(column.rsplit("_", 1)[1])
+        return names[client] if names[client] != str(client) else f"client {client}"
+    return column.replace("_", " ")
 
 
 __all__ = ["FeatureSparsity", "analyze", "around_aggregation", "mask_sparsity", "round_series",
-           "sparsity"]
+           "series_label", "sparsity"]

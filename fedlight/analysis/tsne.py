@@ -9,7 +9,8 @@ method has one, through the global model; each (model, features) pair is one emb
 (scikit-learn's ``TSNE``, PCA initialisation), drawn twice: by class and by client.
 
 Writes ``tsne.csv`` (model, features, client, sample, label, tsne_x, tsne_y: one row per point)
-and ``tsne.png`` (one row of two panels per embedding).
+and ``tsne.png`` (one row of two panels per embedding; clients named by their domain where the
+data has domains).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fedlight.analysis.features import HEAD_INPUT, client_features
 from fedlight.analysis.outputs import write_outputs
 from fedlight.analysis.runs import FinishedRun
 from fedlight.core.errors import ConfigError
+from fedlight.plotting import scatter_by
 
 
 def embed(features: Tensor, perplexity: float, seed: int) -> np.ndarray:
@@ -72,8 +74,8 @@ def collect(run: FinishedRun, features: Sequence[str], samples_per_client: int, 
 
 
 def analyze(run: FinishedRun, out: Path, *, features: tuple[str, ...] = (HEAD_INPUT,),
-            samples_per_client: int = 200, perplexity: float = 30.0, seed: int = 0
-            ) -> list[Path]:
+            samples_per_client: int = 200, perplexity: float = 30.0, seed: int = 0,
+            formats: Sequence[str] | None = None) -> list[Path]:
     """t-SNE of each client's test features, personalized and global model.
 
     Args:
@@ -84,6 +86,7 @@ def analyze(run: FinishedRun, out: Path, *, features: tuple[str, ...] = (HEAD_IN
         samples_per_client: at most this many test samples per client.
         perplexity: t-SNE perplexity (capped below the number of points).
         seed: draws the samples and seeds t-SNE.
+        formats: the figure's formats (default PNG; see :mod:`fedlight.plotting`).
     """
     if samples_per_client < 1:
         raise ConfigError(f"samples_per_client must be at least 1, got {samples_per_client}")
@@ -97,22 +100,23 @@ def analyze(run: FinishedRun, out: Path, *, features: tuple[str, ...] = (HEAD_IN
                          "sample": sample, "label": label, "tsne_x": float(tx),
                          "tsne_y": float(ty)})
 
+    clients = dict(enumerate(run.client_labels))
+
     def draw(axes: Any) -> None:
         for row_axes, view in zip(axes, views, strict=True):
-            clients, labels = view["meta"][:, 0].numpy(), view["meta"][:, 2].numpy()
-            for ax, colour, what in ((row_axes[0], labels, "class"),
-                                     (row_axes[1], clients, "client")):
-                points = ax.scatter(view["xy"][:, 0], view["xy"][:, 1], c=colour, s=6,
-                                    cmap="tab10" if colour.max() < 10 else "tab20")
-                ax.legend(*points.legend_elements(), title=what, fontsize=6, title_fontsize=7,
-                          loc="best", markerscale=0.7)
-                ax.set_title(f"{view['model']} model, input of {view['features']}: by {what}",
-                             fontsize=8)
+            meta = view["meta"].tolist()
+            labels = [label for _, _, label in meta]
+            for ax, categories, names, what in (
+                    (row_axes[0], labels, {c: str(c) for c in labels}, "class"),
+                    (row_axes[1], [client for client, _, _ in meta], clients, "client")):
+                scatter_by(ax, view["xy"], categories, names, what)
+                ax.set_title(f"{view['model']} model, input of {view['features']}: by {what}")
                 ax.set_xticks([])
                 ax.set_yticks([])
+                ax.grid(False)
 
-    figure = (draw, (10.0, 4.6 * len(views)), (len(views), 2))
-    return write_outputs(out, {"tsne.csv": rows}, {"tsne.png": figure})
+    figure = (draw, (11.0, 4.6 * len(views)), (len(views), 2))
+    return write_outputs(out, {"tsne.csv": rows}, {"tsne.png": figure}, formats)
 
 
 __all__ = ["analyze", "embed", "test_samples"]

@@ -614,5 +614,8 @@ class FederatedDataModule(L.LightningDataModule):
         if self.data.vocab is not None:
             (folder / "vocab.json").write_text(json.dumps(self.data.vocab, ensure_ascii=False))
         stats = self.stats()
+        names = self.client_names()
+        if names and any(names):  # figures name such clients by their domain / group
+            stats["client_names"] = names
         (folder / "partition_stats.json").write_text(json.dumps(stats, indent=1))
         save_heatmap(stats, folder / "partition.png")

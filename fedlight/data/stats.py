@@ -3,12 +3,14 @@ dict, a plain-text table and a clients x classes heatmap."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedlight.core.errors import ConfigError
+from fedlight.plotting import client_labels, integer_axis, save_figure
 
 __all__ = ["format_stats_table", "partition_stats", "save_heatmap"]
 
@@ -138,29 +140,34 @@ def format_stats_table(stats: dict[str, Any], max_rows: int = 30) -> str:
     return "\n".join(out)
 
 
-def save_heatmap(stats: dict[str, Any], path: str | Path) -> None:
-    """Draw the clients x classes train-sample counts of `partition_stats` output as a PNG
-    heatmap (with a colorbar) at `path`, creating its folder. Uses matplotlib's Agg canvas
-    directly, so it needs no display and leaves pyplot's global state alone."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
+def save_heatmap(stats: dict[str, Any], path: str | Path,
+                 formats: Iterable[str] | None = None) -> list[Path]:
+    """Draw the clients x classes train-sample counts of `partition_stats` output as a heatmap
+    (with a colorbar) at `path`, creating its folder, in each of `formats` (default PNG; see
+    :mod:`fedlight.plotting`). Clients are named by ``stats["client_names"]`` where the data
+    names them (domains), else numbered. Returns the files written."""
     counts = np.array([c["train_label_counts"] for c in stats["clients"]], dtype=np.int64).reshape(
         len(stats["clients"]), stats["num_classes"]
     )
-    width = min(16.0, 3.0 + 0.25 * counts.shape[1])
-    height = min(16.0, 2.0 + 0.2 * counts.shape[0])
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    image = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(image, ax=ax, label="train samples")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
-    ax.set_title(f"train samples per client and class ({counts.shape[0]} clients)")
+    names = client_labels(counts.shape[0], stats.get("client_names"))
+    named = names != [str(k) for k in range(counts.shape[0])]
+
+    def draw(axes: Any) -> None:
+        ax = axes[0][0]
+        image = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
+        ax.figure.colorbar(image, ax=ax, label="train samples")
+        integer_axis(ax.xaxis)
+        if named:
+            ax.set_yticks(range(len(names)), names)
+        else:
+            integer_axis(ax.yaxis)
+        ax.set_xlabel("class")
+        ax.set_ylabel("client")
+        ax.set_title(f"train samples per client and class ({counts.shape[0]} clients)")
+        ax.grid(False)
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    width = min(16.0, 3.0 + 0.25 * counts.shape[1])
+    height = min(16.0, 2.0 + 0.2 * counts.shape[0])
+    return save_figure(path, draw, (width, height), formats=formats)
