@@ -15,8 +15,8 @@ network (every conv padded, a max-pool after each, a bias-free head on the 1,024
 here from ``fedlight.models.cnn.conv_backbone``) from those weights, its parameters mapped in
 order onto fedlight's names.
 
-fedlight runs each method in the authors' code's form, one switch each (``docs/pfllib.md``,
-section "The MAP authors' code"): the sample-weighted mean, ``mu_cap 0.9``, gradients clipped
+fedlight runs each method in the authors' code's form, one switch each
+(``docs/authors_code.md``): the sample-weighted mean, ``mu_cap 0.9``, gradients clipped
 at norm 100, SGD momentum 0.9 and weight decay 1e-5, ``lr_warmup_rounds 5``; MAP and FedPHP
 with ``kd_form code`` and ``hpm_init initial``; MAP with ``rs_mode all`` (the code's
 ``dist >= min_samples`` with ``min_samples = 1`` scales every logit of a client holding two or
@@ -446,10 +446,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", choices=sorted(METHODS), default=sorted(METHODS))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--train", type=int, default=320, help="training images a client")
+    parser.add_argument("--train", type=int, default=160, help="training images a client")
     parser.add_argument("--test", type=int, default=100, help="test images a client")
     parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=3, help="local epochs")
     parser.add_argument("--lr", type=float, default=0.03)
     parser.add_argument("--alpha", type=float, default=0.5, help="the restricted softmax's a")

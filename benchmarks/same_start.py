@@ -189,7 +189,7 @@ def render() -> str:
         "FedPHP and the privatizations, pooled over clients for GPFL (PFLlib's "
         "`test_metrics`). fedlight runs each method with the switches that give the "
         "authors' code's form where it differs from the paper's (the commands below; "
-        "[docs/pfllib.md](../../docs/pfllib.md) lists them). Written by "
+        "[docs/authors_code.md](../../docs/authors_code.md) lists them). Written by "
         "`python benchmarks/same_start.py` from the files in [same_start/](same_start/) "
         "(GPFL's from the printed output of `benchmarks/gpfl_rounds_vs_pfllib.py` that its "
         "JSON file names).",

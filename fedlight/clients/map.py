@@ -216,7 +216,8 @@ class MAP(RestrictedSoftmax, FederatedClient):
     round ``r = 1, 2, ...`` (``lr_warmup_rounds: 5``; the paper is silent, default 0) and clips
     gradients at norm 100 (``trainer.gradient_clip_val: 100``). From the same initial weights
     and batches, MAP, FedRS and FedPHP with these switches run the authors' classes' rounds
-    (``benchmarks/map_vs_authors.py``, ``benchmarks/results/same_start.md``).
+    (``benchmarks/map_vs_authors.py``, ``benchmarks/results/same_start.md``,
+    ``docs/authors_code.md``).
     ``configs/map/mnist5k_incomplete_authors_code.yaml`` sets the switches of the code.
 
     Args:
