@@ -219,11 +219,11 @@ def alarm(seconds: float) -> Iterator[None]:
 def run_until(command: Sequence[str], seconds: float, log: Path, cwd: Path,
               env: dict[str, str]) -> int | None:
     """Run ``command`` (its output to ``log``) for at most ``seconds``; returns its exit
-    code, or None when it was killed at the deadline, with every process it started (its
-    own session's process group), so nothing it left keeps the device busy."""
+    code, or None when it was killed at the deadline, with every process it started (the
+    process group it leads), so nothing it left keeps the device busy."""
     with log.open("w") as output:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=subprocess.STDOUT, process_group=0)
         try:
             return process.wait(timeout=max(seconds, 0.0))
         except subprocess.TimeoutExpired:
