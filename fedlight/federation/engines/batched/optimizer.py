@@ -11,6 +11,7 @@ optimizer built from copied groups keeps the groups' own values, not its default
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -76,7 +77,16 @@ def stacked_optimizer(client: FederatedClient, phase: Phase, stacked: Rows,
     names = {id(p): n for n, p in client.named_parameters()}
     groups = [{**group, **settings, "params": [stacked[names[id(p)]] for p in group["params"]]}
               for group in optimizer.param_groups]
-    return type(optimizer)(groups, **{**optimizer.defaults, **settings})
+    return type(optimizer)(groups, **constructor_arguments(optimizer, settings))
 
 
-__all__ = ["device_settings", "reset_optimizer", "resettable", "stacked_optimizer"]
+def constructor_arguments(optimizer: torch.optim.Optimizer,
+                          settings: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer's defaults with ``settings``, those its constructor takes (AdamW keeps
+    ``decoupled_weight_decay`` in its defaults but does not take it)."""
+    accepted = inspect.signature(type(optimizer)).parameters
+    return {k: v for k, v in {**optimizer.defaults, **settings}.items() if k in accepted}
+
+
+__all__ = ["constructor_arguments", "device_settings", "reset_optimizer", "resettable",
+           "stacked_optimizer"]
