@@ -117,6 +117,17 @@ def within_std(gap: float, std: float) -> str:
     return "within one seed std" if abs(gap) <= std else "more than one seed std"
 
 
+def ranked_text(items: Sequence[tuple[str, float]], digits: int = 2) -> str:
+    """"A 3.00 > B 2.00 = C 2.00", highest first; "=" where the printed values are equal."""
+    ordered = sorted(items, key=lambda item: -item[1])
+    printed = [f"{value:.{digits}f}" for _, value in ordered]
+    text = f"{ordered[0][0]} {printed[0]}"
+    for index in range(1, len(ordered)):
+        sign = "=" if printed[index] == printed[index - 1] else ">"
+        text += f" {sign} {ordered[index][0]} {printed[index]}"
+    return text
+
+
 def table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table (``align``: ``l`` or ``r`` per column)."""
     if len(align) != len(header) or any(len(row) != len(header) for row in rows):
@@ -191,12 +202,7 @@ def lookup(runs_file: Path, expression: str) -> str:
     column, methods = parts[0], parts[1].split(",")
     ordered = sorted(methods, key=lambda m: -mean(m, column))
     if kind == "rank":
-        printed = [f"{mean(m, column):.{places}f}" for m in ordered]
-        text = f"{ordered[0].split('@')[0]} {printed[0]}"
-        for index in range(1, len(ordered)):
-            sign = "=" if printed[index] == printed[index - 1] else ">"
-            text += f" {sign} {ordered[index].split('@')[0]} {printed[index]}"
-        return text
+        return ranked_text([(m.split("@")[0], mean(m, column)) for m in methods], places)
     extreme = ordered[0] if kind == "max" else ordered[-1]
     return f"{mean(extreme, column):.{places}f}"
 
@@ -1158,6 +1164,155 @@ def mean_std_points(method: str, runs: list[dict[str, str]]) -> str:
     return mean_std([float(r["best personalized"]) for r in runs if r["method"] == method])
 
 
+# ----------------------------------------------------------------------------- cifar10_map_table
+MAP_C10_ROWS = [("MAP", "MAP"), ("FedRS", "FedRS"), ("FedPHP", "FedPHP"), ("FedAvg", "FedAvg"),
+                ("FedRoD", "FedRoD"), ("Ditto (1 personal epoch)", "Ditto"),
+                ("Ditto-E6 (6 personal epochs)", "Ditto-E6"), ("FedProx", "FedProx"),
+                ("FedRep (10 head epochs)", "FedRep"), ("FedRep-H1 (1 head epoch)", "FedRep-H1")]
+PAPER_NAME = {"Ditto-E6": "Ditto", "FedRep-H1": "FedRep"}  # our variants of a paper's row
+
+
+def cifar10_map_table() -> Fields:
+    runs = read_csv(RESULTS / "cifar10_map_table" / "runs.csv")
+    aggregation, personalization = "cifar10/TFCNN/aggregation", "cifar10/TFCNN/personalization"
+
+    def values(method: str, column: str) -> list[float]:
+        return [100 * v for r in runs if r["method"] == method for v in [number(r[column])]
+                if v is not None]
+
+    def mean(method: str, column: str) -> float:
+        return statistics.fmean(values(method, column))
+
+    def std(method: str, column: str) -> float:
+        return statistics.stdev(values(method, column))
+
+    def per_seed(method: str, column: str) -> dict[str, float]:
+        return {r["seed"]: 100 * float(r[column]) for r in runs if r["method"] == method}
+
+    def paper_pair(method: str) -> str:
+        name = PAPER_NAME.get(method, method)
+        found = [row for row in read_csv(PAPER_VALUES) if row["paper"] == MAP_PAPER
+                 and row["method"] == name]
+        value = {row["setting"]: row["value"] for row in found}
+        return f"{value.get(aggregation, '-')} / {value.get(personalization, '-')}"
+
+    def shown(method: str, column: str) -> str:
+        found = values(method, column)
+        if not found:
+            return "- (no global model)" if column == "last global" else "-"
+        return f"{statistics.fmean(found):.2f} ± {statistics.stdev(found):.2f}"
+
+    rows = [[label, str(len(values(m, "last personalized"))), shown(m, "last global"),
+             shown(m, "last personalized"), shown(m, "mean last-10 personalized"),
+             shown(m, "last hpm_accuracy_mean"), paper_pair(m),
+             f"{statistics.fmean(float(r['CPU s / run']) for r in runs if r['method'] == m):.0f}"]
+            for label, m in MAP_C10_ROWS]
+    fields: Fields = {"table": table(
+        ["method", "seeds", "aggregation, last", "personalization, last",
+         "personalization, mean last-10", "HPM, last", "paper agg. / pers. (TFCNN)",
+         "CPU s / run"], "lrrrrrrr", rows)}
+    fields["runs"] = str(len(runs))
+    fields["cpu_minutes"] = f"{sum(float(r['CPU s / run']) for r in runs) / 60:.1f}"
+    fields["seeds"] = str(len({r["seed"] for r in runs}))
+    with_global = [r for r in runs if number(r["best global"]) is not None]
+    at_best = sum(r["best global"] == r["last global"] for r in with_global)
+    fields["global_at_best"] = ("in every run" if at_best == len(with_global) else
+                                f"in {at_best} of {len(with_global)} runs")
+    fields["personal_before_last"] = (
+        f"{sum(float(r['best personalized']) > float(r['last personalized']) for r in runs)} "
+        f"of the {len(runs)}")
+    last_g, last_p = "last global", "last personalized"
+    # aggregation: the restricted softmax
+    map_g, avg_g = per_seed("MAP", last_g), per_seed("FedAvg", last_g)
+    fields["rs_every_seed"] = in_seeds(sum(map_g[s] > avg_g[s] for s in map_g), len(map_g))
+    fields["rs_seeds"] = (" / ".join(f"{map_g[s]:.1f}" for s in sorted(map_g)) + " against "
+                          + " / ".join(f"{avg_g[s]:.1f}" for s in sorted(avg_g)))
+    fields["rs_gap"] = f"{mean('MAP', last_g) - mean('FedAvg', last_g):+.1f}"
+    fields["paper_map_fedrs_agg"] = paper_gap(MAP_PAPER, "MAP", "FedRS", aggregation)
+    # personalization
+    four = ("MAP", "FedRS", "FedPHP", "FedAvg")
+    stds = [std(m, last_p) for m in four]
+    fields["p_stds"] = f"{min(stds):.1f}-{max(stds):.1f}"
+    ratios = [(mean(m, last_p) - mean("FedAvg", last_p))
+              / max(std(m, last_p), std("FedAvg", last_p)) for m in ("MAP", "FedPHP")]
+    fields["p_ratios"] = f"{min(ratios):.1f}-{max(ratios):.1f}"
+    last10 = "mean last-10 personalized"
+    fields["p_last10"] = (f"{min(mean(m, last10) for m in four[:3]):.1f}-"
+                          f"{max(mean(m, last10) for m in four[:3]):.1f} against "
+                          f"{mean('FedAvg', last10):.1f}")
+    same = per_seed("MAP", last_p) == per_seed("FedRS", last_p)
+    fields["map_equals_fedrs"] = ("equals FedRS's in the last round of every seed" if same else
+                                  "differs from FedRS's in the last round")
+    fields["kd_moved"] = f"{abs(mean('MAP', last10) - mean('FedRS', last10)):.2f}"
+    fedrs_holds = (paper(MAP_PAPER, "FedRS", personalization)
+                   < paper(MAP_PAPER, "FedAvg", personalization)) == (
+                       mean("FedRS", last_p) < mean("FedAvg", last_p))
+    fields["fedrs_vs_fedavg"] = "holds" if fedrs_holds else "does not hold"
+    fields["fedrs_vs_fedavg_ours"] = (f"{mean('FedRS', last_p):.2f} against "
+                                      f"{mean('FedAvg', last_p):.2f}")
+    # baselines, aggregation
+    in_table_one = ["MAP", "FedRS", "FedProx", "Ditto", "FedAvg", "FedRoD"]
+    fields["paper_agg_order"] = ranked_text(
+        [(m, paper(MAP_PAPER, m, aggregation)) for m in in_table_one], 1)
+    ditto_same = per_seed("Ditto", last_g) == per_seed("FedAvg", last_g)
+    fields["ditto_global"] = ("is FedAvg's to the bit, every seed" if ditto_same else
+                              "differs from FedAvg's")
+    fields["paper_ditto_fedavg_agg"] = paper_gap(MAP_PAPER, "Ditto", "FedAvg", aggregation)
+    rod, avg = per_seed("FedRoD", last_g), per_seed("FedAvg", last_g)
+    leader = max((m for _, m in MAP_C10_ROWS if values(m, last_g)), key=lambda m: mean(m, last_g))
+    fields["rod_leads"] = ("it leads" if leader == "FedRoD" else f"{leader} leads, not it")
+    fields["rod_gap"] = (f"{mean('FedRoD', last_g) - mean('FedAvg', last_g):+.1f} over FedAvg, "
+                         f"{in_seeds(sum(rod[s] > avg[s] for s in rod), len(rod))}")
+    fields["paper_rod_under"] = paper_gap(MAP_PAPER, "FedAvg", "FedRoD", aggregation)
+    fields["paper_rod_resnet"] = " / ".join(
+        paper_gap(MAP_PAPER, "FedRoD", "FedAvg", f"cinic10/{net}/aggregation")
+        for net in ("ResNet20", "ResNet56"))
+    # baselines, personalization
+    in_table_two = ["FedPHP", "MAP", "FedAvg", "FedRS", "FedProx", "FedRoD", "FedRep", "Ditto"]
+    fields["paper_pers_order"] = ranked_text(
+        [(m, paper(MAP_PAPER, m, personalization)) for m in in_table_two], 1)
+    ours = [m for _, m in MAP_C10_ROWS]
+    ranked = sorted(ours, key=lambda m: -mean(m, last_p))
+    fields["our_pers_order"] = ranked_text([(m, mean(m, last_p)) for m in ours])
+
+    def under(method: str) -> str:
+        return f"{mean('FedAvg', last_p) - mean(method, last_p):.1f}"
+
+    def paper_under(method: str) -> str:
+        return paper_gap(MAP_PAPER, "FedAvg", method, personalization)
+
+    fields["ditto_place"] = ("last" if ranked[-1] == "Ditto" else "not last")
+    fields["ditto_under"] = (f"{under('Ditto')} points under FedAvg; the paper: "
+                             f"{paper_under('Ditto')}")
+    rod_gap = mean("FedAvg", last_p) - mean("FedRoD", last_p)
+    fields["rod_under"] = (f"{'below' if rod_gap > 0 else 'above'} FedAvg ({abs(rod_gap):.1f} "
+                           f"point, {within_std(rod_gap, std('FedRoD', last_p))}; the paper: "
+                           f"{paper_under('FedRoD')} below)")
+    fields["rep_under"] = (f"{under('FedRep')} points under FedAvg; the paper: "
+                           f"{paper_under('FedRep')}")
+    h1_gap = mean("FedAvg", last_p) - mean("FedRep-H1", last_p)
+    fields["rep_h1"] = (f"{shown('FedRep-H1', last_p)} ({h1_gap:.1f} under FedAvg, "
+                        f"{within_std(h1_gap, std('FedRep-H1', last_p))}, at equal work)")
+    bottom = sorted(["FedRoD", "FedRep", "Ditto"], key=lambda m: -mean(m, last_p))
+    bottom_h1 = sorted(["FedRoD", "FedRep-H1", "Ditto"], key=lambda m: -mean(m, last_p))
+    fields["bottom_order"] = ("come in its order with either FedRep"
+                              if bottom == ["FedRoD", "FedRep", "Ditto"]
+                              and bottom_h1 == ["FedRoD", "FedRep-H1", "Ditto"]
+                              else "do not come in its order")
+    fields["e6_place"] = "first" if ranked[0] == "Ditto-E6" else "not first"
+    fields["e6_gains"] = (f"{mean('Ditto-E6', last_p) - mean('FedAvg', last_p):+.1f} over FedAvg, "
+                          f"{mean('Ditto-E6', last_p) - mean('Ditto', last_p):+.1f} over one epoch")
+    cpu = {m: statistics.fmean(float(r["CPU s / run"]) for r in runs if r["method"] == m)
+           for m in ("Ditto-E6", "FedAvg")}
+    fields["e6_cpu"] = f"{cpu['Ditto-E6'] / cpu['FedAvg']:.2f}"
+    quoted = {(r["method"], r["setting"]) for r in read_csv(PAPER_VALUES)}
+    gaps = [paper(MAP_PAPER, m, setting) - mean(m, column) for _, m in MAP_C10_ROWS
+            for setting, column in ((aggregation, last_g), (personalization, last_p))
+            if (m, setting) in quoted and values(m, column)]
+    fields["under_paper"] = f"{min(gaps):.0f}-{max(gaps):.0f}"
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
@@ -1165,6 +1320,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "cifar10_privatize": cifar10_privatize,
     "cifar10_gpfl_table1": cifar10_gpfl_table1,
     "cifar10_fedpick_domains": cifar10_fedpick_domains,
+    "cifar10_map_table": cifar10_map_table,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 

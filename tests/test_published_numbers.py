@@ -149,15 +149,9 @@ class ColumnClaim:
 
 
 GPFL_C10 = "cifar10_gpfl_table1"
-MAP_C10 = "cifar10_map_table"
 GPU = RESULTS / "gpu.md"
 # GPFL's Table 1, CIFAR-100, Dirichlet 0.1 (best personalized, %), quoted in QUOTED below
 GPFL_PAPER_DIR01 = {"GPFL": 61.86, "Ditto": 52.87}
-# MAP's Tables I / II, CIFAR-10 with TFCNN (aggregation, personalization), quoted below
-MAP_PAPER = {"MAP": (71.8, 76.9), "FedRS": (70.7, 72.9), "FedPHP": (70.3, 77.3),
-             "FedAvg": (66.8, 73.7), "FedRoD": (63.9, 63.2), "Ditto": (68.4, 55.3),
-             "FedProx": (70.7, 72.0), "FedRep": (None, 61.7)}
-
 
 def _best_minus_last(method: str | None = None) -> float:
     return max(100 * (r["best personalized"] - r["last personalized"]) for r in runs(GPFL_C10)
@@ -201,24 +195,6 @@ def _late_rise(method: str, setting: str = "dirichlet") -> float:
     return 100 * statistics.fmean(statistics.fmean(c[r] for r in late)
                                   - statistics.fmean(c[r] for r in before)
                                   for c in curves.values())
-
-
-def _map_paper_gaps() -> tuple:
-    ours = {r["method"]: (r["last global"], r["last personalized"]) for r in _map_means()}
-    gaps = [paper - 100 * ours[m][i] for m, both in MAP_PAPER.items() for i, paper in
-            enumerate(both) if paper is not None and ours[m][i] is not None]
-    return min(gaps), max(gaps)
-
-
-def _map_means() -> list[dict]:
-    methods = dict.fromkeys(r["method"] for r in runs(MAP_C10))
-    return [{"method": m, **{k: _mean_or_none(per_seed(MAP_C10, m, k))
-                             for k in ("last global", "last personalized")}} for m in methods]
-
-
-def _mean_or_none(values: list) -> float | None:
-    numbers = [v for v in values if isinstance(v, float)]
-    return statistics.fmean(numbers) if numbers else None
 
 
 def _gpu_floor_ratios() -> tuple:
@@ -272,62 +248,6 @@ CLAIMS: dict[str, list[Claim | ColumnClaim]] = {
         Claim("(GPFL {:+.2f}, FedProto {:+.2f}, FedPer {:+.2f} and FedRoD {:+.2f} points",
               lambda: tuple(_late_rise(m, "pathological")
                             for m in ("GPFL", "FedProto", "FedPer", "FedRoD"))),
-    ],
-    f"benchmarks/results/{MAP_C10}.md": [
-        Claim("its best of the 12 evaluations every 5 rounds in every run",
-              lambda: () if all(r["best global"] == r["last global"] for r in runs(MAP_C10)
-                                if isinstance(r["best global"], float)) else ("NOT",)),
-        Claim("its best evaluation came before the last in {} of the {} runs",
-              lambda: (sum(r["best personalized"] > r["last personalized"]
-                           for r in runs(MAP_C10)), len(runs(MAP_C10)))),
-        Claim("moved the mean of the last 10 evaluations by {:.2f} point ({:.2f} against "
-              "FedRS's {:.2f})",
-              lambda: (results(MAP_C10, "FedRS", "mean last-10 personalized")
-                       - results(MAP_C10, "MAP", "mean last-10 personalized"),
-                       results(MAP_C10, "MAP", "mean last-10 personalized"),
-                       results(MAP_C10, "FedRS", "mean last-10 personalized"))),
-        Claim("at {:.2f}x FedAvg's CPU",
-              lambda: (results(MAP_C10, "Ditto-E6", "CPU s / run")
-                       / results(MAP_C10, "FedAvg", "CPU s / run"),)),
-        Claim("Why everything is {:.0f}-{:.0f} points under the paper", _map_paper_gaps),
-        Claim("30 runs, {:.1f} CPU-minutes in all",
-              lambda: (sum(r["CPU s / run"] for r in runs(MAP_C10)) / 60,)),
-        Claim("(+{:.1f} point, every seed", lambda: (
-            results(MAP_C10, "MAP", "last global") - results(MAP_C10, "FedAvg", "last global"),)),
-        Claim("(+{:.1f} over FedAvg, every seed)", lambda: (
-            results(MAP_C10, "FedRoD", "last global")
-            - results(MAP_C10, "FedAvg", "last global"),)),
-        Claim("where the paper has it {:.1f} points under FedAvg on TFCNN",
-              lambda: (MAP_PAPER["FedAvg"][0] - MAP_PAPER["FedRoD"][0],)),
-        Claim("where the paper's {:.1f}-point gap of MAP over FedRS",
-              lambda: (MAP_PAPER["MAP"][0] - MAP_PAPER["FedRS"][0],)),
-        Claim("where the paper's {:.1f}-point gap again", lambda: (
-            MAP_PAPER["Ditto"][0] - MAP_PAPER["FedAvg"][0],)),
-        Claim("({:.1f} points under FedAvg; the paper: {:.1f})", lambda: (
-            results(MAP_C10, "FedAvg", "last personalized")
-            - results(MAP_C10, "Ditto", "last personalized"),
-            MAP_PAPER["FedAvg"][1] - MAP_PAPER["Ditto"][1])),
-        Claim("FedRoD below FedAvg holds in direction ({:.1f} point, inside one std; the paper: "
-              "{:.1f})", lambda: (
-                  results(MAP_C10, "FedAvg", "last personalized")
-                  - results(MAP_C10, "FedRoD", "last personalized"),
-                  MAP_PAPER["FedAvg"][1] - MAP_PAPER["FedRoD"][1])),
-        Claim("10 head epochs 38.75 ({:.1f} points under FedAvg; the paper: {:.1f})", lambda: (
-            results(MAP_C10, "FedAvg", "last personalized")
-            - results(MAP_C10, "FedRep", "last personalized"),
-            MAP_PAPER["FedAvg"][1] - MAP_PAPER["FedRep"][1])),
-        Claim("one head epoch 44.90 ± 6.51 ({:.1f} under FedAvg", lambda: (
-            results(MAP_C10, "FedAvg", "last personalized")
-            - results(MAP_C10, "FedRep-H1", "last personalized"),)),
-        Claim("(+{:.1f} over FedAvg, +{:.1f} over one epoch)", lambda: (
-            results(MAP_C10, "Ditto-E6", "last personalized")
-            - results(MAP_C10, "FedAvg", "last personalized"),
-            results(MAP_C10, "Ditto-E6", "last personalized")
-            - results(MAP_C10, "Ditto", "last personalized"))),
-        Claim("its seed stds are {:.1f}-{:.1f} points", lambda: tuple(
-            f(100 * float(r["last personalized std"])
-              for r in csv.DictReader(open(RESULTS / MAP_C10 / "results.csv"))
-              if r["method"] in ("MAP", "FedRS", "FedPHP", "FedAvg")) for f in (min, max))),
     ],
     "benchmarks/results/gpu.md": [
         Claim("took 2.085 s and 2.537 s on two of the machines: {:.0f}-{:.0f}x the floor of "
@@ -491,11 +411,6 @@ QUOTED: dict[str, dict[str, str]] = {
             "61.86 52.87 52.70 52.39 50.94 50.52 49.63 47.34 44.28 31.99 31.89"),
         "GPFL's Table 1, CIFAR-100, pathological": " ".join(
             f"{v:.2f}" for v in GPFL_PAPER_PATH.values()),
-    },
-    f"benchmarks/results/{MAP_C10}.md": {
-        "MAP's Tables I / II, CIFAR-10 with TFCNN": " ".join(
-            str(v) for pair in MAP_PAPER.values() for v in pair if v is not None),
-        "MAP's Table I, CIFAR-10 with ResNet20 / ResNet56: FedRoD over FedAvg": "6.1 1.6",
     },
     "benchmarks/results/gpu.md": {
         "NVIDIA H100 SXM datasheet: fp32 (non-tensor) peak, TFLOP/s": "67",
@@ -876,7 +791,6 @@ def test_a_value_agrees_only_at_its_printed_precision(printed, values, agrees_):
 
 @pytest.mark.parametrize("right, wrong", [
     # the wrong numbers these files once printed, and a few more
-    ("at 1.99x FedAvg's CPU", "at 1.6x FedAvg's CPU"),
     ("61-74x the floor", "54-64x the floor"),
     ("(1.85x per round", "(1.66x per round"),
     ("FedAdam 92.0", "FedAdam 92.1"),
