@@ -103,7 +103,8 @@ def test_measure_keeps_the_fastest_says_so_and_changes_nothing(tmp_path, monkeyp
     assert_same_run(measured, plain)
 
 
-def test_a_resumed_run_keeps_the_recorded_choice_without_measuring(tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_the_recorded_choice_without_measuring(tmp_path, monkeypatch,
+                                                                   capsys):
     monkeypatch.setattr(choice, "clock", ScriptedClock({LOOP: 5.0, BATCHED: 1.0}))
     _, _, summary = fit(tmp_path, "part", "measure", rounds=1)
     checkpoint = torch.load(f"{summary['run_dir']}/checkpoints/last.ckpt", weights_only=False)
@@ -113,8 +114,11 @@ def test_a_resumed_run_keeps_the_recorded_choice_without_measuring(tmp_path, mon
         raise AssertionError("a resumed run measured again")
 
     monkeypatch.setattr(choice, "clock", no_clock)
-    resumed = fit(tmp_path, "part", "measure", rounds=2, ckpt_path="last")
+    capsys.readouterr()
+    resumed = fit(tmp_path, "part", "measure", rounds=2, ckpt_path="last", verbose=True)
     assert type(resumed[0].engine) is BatchedEngine
+    assert ("fedlight: the batched trains the run, as its first round chose "
+            f"({CHOICE_FILE})") in capsys.readouterr().out
     monkeypatch.setattr(choice, "clock", ScriptedClock({LOOP: 5.0, BATCHED: 1.0}))
     whole = fit(tmp_path, "whole", "measure", rounds=2)
     assert_same_run(resumed, whole)

@@ -212,6 +212,8 @@ class ChosenEngine:
         self.choice, self.guarded = choice, True
         self.engines = {way: engine for way, engine in self.engines.items()
                         if way == choice.way}
+        self.say(f"fedlight: the {choice.way} trains the run, as its first round chose "
+                 f"({CHOICE_FILE})")
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterable[Outcome]:
         """Train the tasks with the chosen engine; at the first round with tasks, choose
@@ -238,6 +240,8 @@ class ChosenEngine:
         failed: dict[str, str] = {}
         saved = SavedClients(self.runtime, [task.client_id for task in tasks])
         for way in self.ways:
+            if way != LOOP:  # one batched engine's workspaces on the device at a time
+                self.drop_batched()
             try:
                 seconds[way] = self.time_way(way, probe, saved)
             except FedlightError:
@@ -248,11 +252,17 @@ class ChosenEngine:
                 failed[way] = one_line(error)
                 self.engines.pop(way, None)
         self.choice = EngineChoice(fastest(seconds), seconds, failed)
+        if self.choice.way not in self.engines:
+            self.drop_batched()
         self.engines = {self.choice.way: self.engine(self.choice.way)}
-        if self.runtime.fabric.device.type == "cuda":
-            torch.cuda.empty_cache()  # the workspaces of the ways not chosen
         self.say(self.choice.line(PROBE_STEPS, len(tasks)))
         self.record(self.choice.record())
+
+    def drop_batched(self) -> None:
+        """Let go of the batched engines made so far (their device memory with them)."""
+        self.engines = {way: engine for way, engine in self.engines.items() if way == LOOP}
+        if self.runtime.fabric.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def time_way(self, way: str, tasks: Sequence[TrainTask], saved: SavedClients) -> float:
         """Seconds per client step of ``way`` on ``tasks``: a first pass of one step each
@@ -290,9 +300,7 @@ class ChosenEngine:
             cause = one_line(error)
             way = self.choice.way
             self.choice = replace(self.choice, way=LOOP, fallback=f"{way}: {cause}")
-            self.engines = {}
-            if self.runtime.fabric.device.type == "cuda":
-                torch.cuda.empty_cache()
+            self.drop_batched()
             self.warn(f"fedlight: batched clients failed in round {tasks[0].round_idx + 1} "
                       f"({cause}); the round is trained again one client after another, "
                       "as is the rest of the run")
