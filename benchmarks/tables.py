@@ -61,9 +61,9 @@ def paper(name: str, method: str, setting: str) -> float:
     return float(found[0]["value"])
 
 
-def paper_gap(name: str, first: str, second: str, setting: str) -> str:
-    """``first``'s paper number minus ``second``'s, in points, to the paper's one place."""
-    return f"{paper(name, first, setting) - paper(name, second, setting):.1f}"
+def paper_gap(name: str, first: str, second: str, setting: str, digits: int = 1) -> str:
+    """``first``'s paper number minus ``second``'s, in points, to the paper's places."""
+    return f"{paper(name, first, setting) - paper(name, second, setting):.{digits}f}"
 
 
 def paper_digits(name: str, method: str, setting: str) -> str:
@@ -1313,6 +1313,159 @@ def cifar10_map_table() -> Fields:
     return fields
 
 
+# ------------------------------------------------------------------------- cifar100_gpfl_table1
+GPFL_C100 = RESULTS / "cifar100_gpfl_table1"
+GPFL_CODE_FORM = "GPFL (p_k without / U)"
+# The seed whose run was not resumed (its CPU seconds cover the whole run): pFedMe's others
+# were resumed from checkpoints (the file's "What ran")
+WHOLE_SEED = {("pFedMe", "dirichlet"): "0", ("pFedMe", "pathological"): "2"}
+PERSONAL = ["FedProto", "FedPer", "GPFL", "FedRoD", "FedRep", "FedPHP", GPFL_CODE_FORM, "Ditto"]
+META = ["Per-FedAvg", "pFedMe"]
+GLOBAL = ["FedAvg", "FedProx"]
+
+
+def gpfl_c100_numbers() -> tuple[list[dict[str, str]], Callable[..., float],
+                                 Callable[..., float]]:
+    runs = read_csv(GPFL_C100 / "runs.csv")
+
+    def values(method: str, setting: str, column: str = "best personalized") -> list[float]:
+        return [100 * v for r in runs if r["method"] == method and r["setting"] == setting
+                for v in [number(r[column])] if v is not None]
+
+    def mean(method: str, setting: str, column: str = "best personalized") -> float:
+        return statistics.fmean(values(method, setting, column))
+
+    def std(method: str, setting: str, column: str = "best personalized") -> float:
+        return statistics.stdev(values(method, setting, column))
+
+    return runs, mean, std
+
+
+def late_rise(method: str, setting: str) -> float:
+    """Mean over seeds of (the mean accuracy of rounds 51-60) - (that of rounds 41-50)."""
+    curves: dict[str, dict[int, float]] = {}
+    for row in read_csv(GPFL_C100 / "curves.csv"):
+        if row["method"] == method and row["setting"] == setting:
+            curves.setdefault(row["seed"], {})[int(row["round"])] = float(
+                row["personalized_accuracy"])
+    return 100 * statistics.fmean(statistics.fmean(c[r] for r in range(51, 61))
+                                  - statistics.fmean(c[r] for r in range(41, 51))
+                                  for c in curves.values())
+
+
+def paper_place(method: str, methods: Sequence[str], setting: str) -> str:
+    """``method``'s place among ``methods`` in GPFL's Table 1 on CIFAR-100 in ``setting``."""
+    ranked = sorted(methods, key=lambda name: -paper("GPFL", name, f"cifar100/{setting}"))
+    return ordinal(ranked.index(method) + 1)
+
+
+def cifar100_gpfl_table1() -> Fields:
+    runs, mean, std = gpfl_c100_numbers()
+    fields: Fields = {"seeds": str(len({r["seed"] for r in runs}))}
+    labels = {"FedRep": "FedRep (1 head epoch)"}
+    for setting in ("dirichlet", "pathological"):
+        methods = sorted(dict.fromkeys(r["method"] for r in runs if r["setting"] == setting),
+                         key=lambda m: -mean(m, setting))
+        rows = []
+        for m in methods:
+            members = [r for r in runs if r["method"] == m and r["setting"] == setting]
+            quoted = [row["value"] for row in read_csv(PAPER_VALUES) if row["paper"] == "GPFL"
+                      and row["method"] == m and row["setting"] == f"cifar100/{setting}"]
+            whole = WHOLE_SEED.get((m, setting))
+            cpu = (f"{float(next(r for r in members if r['seed'] == whole)['CPU s / run']):.0f} "
+                   f"(seed {whole})" if whole else
+                   f"{statistics.fmean(float(r['CPU s / run']) for r in members):.0f}")
+            cells = []
+            for column in ("best personalized", "last personalized", "mean last-10 personalized",
+                           "best global"):
+                found = [number(r[column]) for r in members if number(r[column]) is not None]
+                cells.append(mean_std(found) if found else "-")
+            fairness = pct(statistics.fmean(float(r["std (fairness)"]) for r in members))
+            rows.append([labels.get(m, m), str(len(members)), quoted[0] if quoted else "-",
+                         *cells, fairness, cpu])
+        fields[f"table_{setting}"] = table(
+            ["method", "seeds", "paper, best personalized", "best personalized",
+             "last personalized", "mean last-10 personalized", "best global",
+             "std over clients (fairness)", "CPU s / run"], "lrrrrrrrr", rows)
+
+        def tiers(s: str = setting) -> str:
+            personal = [mean(m, s) for m in PERSONAL]
+            meta = [mean(m, s) for m in META]
+            single = [mean(m, s) for m in GLOBAL]
+            return "Holds" if min(personal) > max(meta) and min(meta) > max(single) else \
+                "Does not hold"
+
+        fields[f"tiers_{setting}"] = tiers()
+        gap = mean("FedAvg", setting) - mean("FedProx", setting)
+        fields[f"global_equal_{setting}"] = within_std(gap, max(std("FedAvg", setting),
+                                                              std("FedProx", setting)))
+        leader = methods[0]
+        fields[f"leader_{setting}"] = leader
+        fields[f"gpfl_first_{setting}"] = "Holds" if leader == "GPFL" else "Does not hold"
+        fields[f"leader_gap_{setting}"] = f"{mean(leader, setting) - mean('GPFL', setting):.2f}"
+        fields[f"gpfl_lead_fedper_{setting}"] = (
+            f"{mean('GPFL', setting) - mean('FedPer', setting):.2f}")
+        fields[f"gpfl_place_{setting}"] = ordinal(methods.index("GPFL") + 1)
+
+        named = [m for m in methods if m != GPFL_CODE_FORM]
+
+        fields[f"ditto_place_{setting}"] = (f"{ordinal(named.index('Ditto') + 1)} "
+                                            f"({mean('Ditto', setting):.2f}) where the paper "
+                                            f"has it {paper_place('Ditto', named, setting)}")
+        per, me = mean("Per-FedAvg", setting), mean("pFedMe", setting)
+        paper_per = paper("GPFL", "Per-FedAvg", f"cifar100/{setting}")
+        paper_me = paper("GPFL", "pFedMe", f"cifar100/{setting}")
+        fields[f"per_vs_pfedme_{setting}"] = (
+            f"Per-FedAvg is {compared(per, me)} pFedMe ({per:.2f} against {me:.2f}, "
+            f"{within_std(per - me, std('pFedMe', setting))} of pFedMe's) where the paper has "
+            f"it {compared(paper_per, paper_me)} ({paper_per:.2f} against {paper_me:.2f})")
+        code_gap = mean("GPFL", setting) - mean(GPFL_CODE_FORM, setting)
+        fields[f"code_form_{setting}"] = (
+            f"{mean(GPFL_CODE_FORM, setting):.2f} ± {std(GPFL_CODE_FORM, setting):.2f}, "
+            f"{code_gap:.2f} points {'under' if code_gap > 0 else 'over'} the paper's form")
+        above = [m for m in methods if m not in ("GPFL", GPFL_CODE_FORM)
+                 and mean(m, setting) > mean(GPFL_CODE_FORM, setting)]
+        fields[f"code_form_under_{setting}"] = joined(above)
+    # Dirichlet
+    d, pa = "dirichlet", "pathological"
+    fields["personal_span_dirichlet"] = (f"{max(mean(m, d) for m in PERSONAL):.2f} to "
+                                         f"{min(mean(m, d) for m in PERSONAL):.2f}")
+    gpfl_fedper = mean("GPFL", d) - mean("FedPer", d)
+    fields["gpfl_fedper_dirichlet"] = within_std(gpfl_fedper, max(std("GPFL", d),
+                                                                  std("FedPer", d)))
+    fields["paper_gpfl_over_runner_up"] = paper_gap("GPFL", "GPFL", "Ditto",
+                                                    "cifar100/dirichlet", 2)
+    fields["late_dirichlet"] = ", ".join(f"{m} {late_rise(m, d):+.2f}"
+                                         for m in ("FedProto", "FedPer", "GPFL", "FedRoD"))
+    fairness = sorted(dict.fromkeys(r["method"] for r in runs if r["setting"] == d),
+                      key=lambda m: mean(m, d, "std (fairness)"))
+    fields["fairness_dirichlet"] = (
+        f"{ordinal(fairness.index('GPFL') + 1)} lowest of {len(fairness)} (the lowest: "
+        + ", ".join(f"{m} {mean(m, d, 'std (fairness)'):.2f}" for m in fairness[:3]) + ")")
+    # pathological
+    under_proto = ["FedPer", "FedRep", "FedRoD", "FedPHP", "Ditto", "Per-FedAvg", "pFedMe"]
+    fields["gpfl_above_rest"] = ("Holds" if all(mean("GPFL", pa) > mean(m, pa)
+                                                for m in under_proto) else "Does not hold")
+    path = "cifar100/pathological"
+    fields["paper_gpfl_fedper_pathological"] = paper_gap("GPFL", "GPFL", "FedPer", path, 2)
+    lead = mean("FedProto", pa) - mean("GPFL", pa)
+    fields["proto_lead_stds"] = f"{lead / std('GPFL', pa):.1f}"
+    fields["paper_gpfl_over_proto"] = paper_gap("GPFL", "GPFL", "FedProto", path, 2)
+    per_rep = mean("FedPer", pa) - mean("FedRep", pa)
+    fields["fedper_vs_fedrep"] = (f"{compared(per_rep, 0)} FedRep "
+                                  f"({within_std(per_rep, std('FedPer', pa))} of FedPer's)")
+    fields["fedrod_vs_fedphp"] = compared(mean("FedRoD", pa), mean("FedPHP", pa))
+    fields["paper_fedrep_over_fedper"] = paper_gap("GPFL", "FedRep", "FedPer", path, 2)
+    fields["paper_fedphp_over_fedrod"] = paper_gap("GPFL", "FedPHP", "FedRoD", path, 2)
+    methods = list(dict.fromkeys(r["method"] for r in runs if r["setting"] == pa))
+    rising = sum(late_rise(m, pa) > 0 for m in methods)
+    fields["late_every_pathological"] = ("every method's" if rising == len(methods) else
+                                         f"{rising} of {len(methods)} methods'")
+    fields["late_pathological"] = ", ".join(f"{m} {late_rise(m, pa):+.2f}"
+                                            for m in ("GPFL", "FedProto", "FedPer", "FedRoD"))
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
@@ -1321,6 +1474,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "cifar10_gpfl_table1": cifar10_gpfl_table1,
     "cifar10_fedpick_domains": cifar10_fedpick_domains,
     "cifar10_map_table": cifar10_map_table,
+    "cifar100_gpfl_table1": cifar100_gpfl_table1,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 

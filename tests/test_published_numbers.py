@@ -150,12 +150,6 @@ class ColumnClaim:
 
 GPFL_C10 = "cifar10_gpfl_table1"
 GPU = RESULTS / "gpu.md"
-# GPFL's Table 1, CIFAR-100, Dirichlet 0.1 (best personalized, %), quoted in QUOTED below
-GPFL_PAPER_DIR01 = {"GPFL": 61.86, "Ditto": 52.87}
-
-def _best_minus_last(method: str | None = None) -> float:
-    return max(100 * (r["best personalized"] - r["last personalized"]) for r in runs(GPFL_C10)
-               if method in (None, r["method"]))
 
 
 def _gpfl_c10_gaps() -> tuple:
@@ -165,36 +159,12 @@ def _gpfl_c10_gaps() -> tuple:
 
 
 GPFL_C100 = "cifar100_gpfl_table1"
-# GPFL's Table 1, CIFAR-100, pathological (best personalized, %), quoted in QUOTED below
-GPFL_PAPER_PATH = {"GPFL": 71.78, "FedProto": 69.18, "FedRep": 67.56, "Ditto": 67.23,
-                   "FedPer": 63.53, "FedPHP": 63.09, "FedRoD": 62.30, "pFedMe": 58.20,
-                   "Per-FedAvg": 56.80, "FedAvg": 25.98, "FedProx": 25.94}
 
 
 def _c100_gap(first: str, second: str, setting: str) -> float:
     """Best personalized accuracy of ``first`` minus ``second`` in one setting, points."""
     return (results(GPFL_C100, first, "best personalized", setting)
             - results(GPFL_C100, second, "best personalized", setting))
-
-
-def _c100_std(method: str, setting: str) -> float:
-    """The sample std over seeds of ``method``'s best personalized accuracy, points."""
-    return statistics.stdev(100 * r["best personalized"] for r in runs(GPFL_C100)
-                            if r["method"] == method and r["setting"] == setting)
-
-
-def _late_rise(method: str, setting: str = "dirichlet") -> float:
-    """Mean over seeds of (mean accuracy of rounds 51-60) - (mean of rounds 41-50), points."""
-    with open(RESULTS / GPFL_C100 / "curves.csv") as handle:
-        curves: dict[str, dict[int, float]] = {}
-        for row in csv.DictReader(handle):
-            if row["method"] == method and row["setting"] == setting:
-                curves.setdefault(row["seed"], {})[int(row["round"])] = float(
-                    row["personalized_accuracy"])
-    late, before = range(51, 61), range(41, 51)
-    return 100 * statistics.fmean(statistics.fmean(c[r] for r in late)
-                                  - statistics.fmean(c[r] for r in before)
-                                  for c in curves.values())
 
 
 def _gpu_floor_ratios() -> tuple:
@@ -217,38 +187,6 @@ def _gpu_workers(workers: int) -> tuple:
 
 
 CLAIMS: dict[str, list[Claim | ColumnClaim]] = {
-    f"benchmarks/results/{GPFL_C100}.md": [
-        Claim("The paper puts GPFL {:.2f} points above its runner-up",
-              lambda: (GPFL_PAPER_DIR01["GPFL"] - GPFL_PAPER_DIR01["Ditto"],)),
-        Claim("here it is {:.2f} points under FedProto",
-              lambda: (results(GPFL_C100, "FedProto", "best personalized", "dirichlet")
-                       - results(GPFL_C100, "GPFL", "best personalized", "dirichlet"),)),
-        Claim("FedProto {:+.2f}, FedPer {:+.2f}, GPFL {:+.2f} and FedRoD {:+.2f} points",
-              lambda: tuple(_late_rise(m) for m in ("FedProto", "FedPer", "GPFL", "FedRoD"))),
-        Claim("its lead over FedPer is {:.2f} points here against {:.2f} on the Dirichlet split",
-              lambda: (_c100_gap("GPFL", "FedPer", "pathological"),
-                       _c100_gap("GPFL", "FedPer", "dirichlet"))),
-        Claim("(the paper: {:.2f} points)", lambda: (
-            GPFL_PAPER_PATH["GPFL"] - GPFL_PAPER_PATH["FedPer"],)),
-        Claim("FedProto leads by {:.2f} points",
-              lambda: (_c100_gap("FedProto", "GPFL", "pathological"),)),
-        Claim("the paper has GPFL {:.2f} points above FedProto",
-              lambda: (GPFL_PAPER_PATH["GPFL"] - GPFL_PAPER_PATH["FedProto"],)),
-        Claim("the paper has FedRep {:.2f} points above FedPer and FedPHP {:.2f} above FedRoD",
-              lambda: (GPFL_PAPER_PATH["FedRep"] - GPFL_PAPER_PATH["FedPer"],
-                       GPFL_PAPER_PATH["FedPHP"] - GPFL_PAPER_PATH["FedRoD"])),
-        Claim("{:.2f} points under the paper's form", lambda: (
-            _c100_gap("GPFL", "GPFL (p_k without / U)", "pathological"),)),
-        Claim("the code's form scores {:.2f} ± {:.2f}, {:.2f} points", lambda: (
-            results(GPFL_C100, "GPFL (p_k without / U)", "best personalized", "dirichlet"),
-            _c100_std("GPFL (p_k without / U)", "dirichlet"),
-            _c100_gap("GPFL", "GPFL (p_k without / U)", "dirichlet"))),
-        Claim("the paper has pFedMe {:.2f} points above)", lambda: (
-            GPFL_PAPER_PATH["pFedMe"] - GPFL_PAPER_PATH["Per-FedAvg"],)),
-        Claim("(GPFL {:+.2f}, FedProto {:+.2f}, FedPer {:+.2f} and FedRoD {:+.2f} points",
-              lambda: tuple(_late_rise(m, "pathological")
-                            for m in ("GPFL", "FedProto", "FedPer", "FedRoD"))),
-    ],
     "benchmarks/results/gpu.md": [
         Claim("took 2.085 s and 2.537 s on two of the machines: {:.0f}-{:.0f}x the floor of "
               "the table above ({:.3f} s", _gpu_floor_ratios),
@@ -406,12 +344,6 @@ CLAIMS["docs/scale-out.md"].append(
 
 # Numbers no run of ours produced, by file: the papers' tables, hardware specifications.
 QUOTED: dict[str, dict[str, str]] = {
-    f"benchmarks/results/{GPFL_C100}.md": {
-        "GPFL's Table 1, CIFAR-100, Dirichlet 0.1": (
-            "61.86 52.87 52.70 52.39 50.94 50.52 49.63 47.34 44.28 31.99 31.89"),
-        "GPFL's Table 1, CIFAR-100, pathological": " ".join(
-            f"{v:.2f}" for v in GPFL_PAPER_PATH.values()),
-    },
     "benchmarks/results/gpu.md": {
         "NVIDIA H100 SXM datasheet: fp32 (non-tensor) peak, TFLOP/s": "67",
     },
