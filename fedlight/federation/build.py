@@ -130,10 +130,11 @@ class Run:
 
     def restore(self, checkpoint: dict[str, Any], states_only: bool = False) -> int:
         """Load the rule's, the clients' (and, unless ``states_only``, the loss scale's, the
-        metrics file's and the per-client file's) state from ``checkpoint``, and the way its
-        clients trained where the engine chose it; returns its rounds done."""
+        metrics file's and the per-client file's, and the way its clients trained where the
+        engine chose it) state from ``checkpoint``; returns its rounds done."""
         engine = self.served
-        if isinstance(engine, ChosenEngine) and checkpoint.get("engine_choice"):
+        if (not states_only and isinstance(engine, ChosenEngine)
+                and checkpoint.get("engine_choice")):
             engine.keep(checkpoint["engine_choice"])
         self.rule.load_state_dict(checkpoint["server"])
         self.rule.to(self.dist.device)
