@@ -338,6 +338,29 @@ CLAIMS["docs/results.md"] += [
     Claim("{}", lambda: (ranked_results(GPFL_C10, "best personalized", [
         "FedProto", "FedRep", "FedPer", "FedRoD", "Ditto", "FedAvg"]),)),
 ]
+# Summaries of generated results files in README.md and docs/results.md: their numbers and
+# orderings are the generators' own fields (benchmarks/tables.py), so they change together
+OFFICE = _tables.office_caltech10_fedpick_table2
+VS_PFLLIB = _tables.vs_pfllib_three_seeds
+CLAIMS["README.md"] += [
+    Claim("the paper's order but for {} ({} there)", lambda: (
+        OFFICE()["moved_names"], OFFICE()["moved_paper_places"])),
+    Claim("keeping its last batch closes {} % of each gap on the last ten shared states",
+          lambda: (VS_PFLLIB()["perrep_share"],)),
+    Claim("GPFL on CIFAR-10 {} on the last ten shared states, {} % of it closed", lambda: (
+        VS_PFLLIB()["gpfl10_tail"], VS_PFLLIB()["gpfl10_share"])),
+]
+CLAIMS["docs/results.md"] += [
+    Claim("order of the averages but for {} ({} in the paper)", lambda: (
+        OFFICE()["moved_names"], OFFICE()["moved_paper_places"])),
+    Claim("(on webcam {} FedBN, {}; the paper {} there)", lambda: (
+        OFFICE()["webcam_lead"].removesuffix(" FedBN"), OFFICE()["webcam_std"],
+        OFFICE()["webcam_paper_ties"])),
+    Claim("keeping it closes {} % of each FedPer / FedRep gap", lambda: (
+        VS_PFLLIB()["perrep_share"],)),
+    Claim("GPFL's {} on CIFAR-10 (last ten shared states) is {} % closed", lambda: (
+        VS_PFLLIB()["gpfl10_tail"], VS_PFLLIB()["gpfl10_share"])),
+]
 CLAIMS["docs/scale-out.md"].append(
     Claim("emulated there ({:.1f}x slower per sample", lambda: (12.33 / 1.31,)))
 
