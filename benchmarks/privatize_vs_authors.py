@@ -80,6 +80,8 @@ BLOCK_STRINGS = {"AB": ("PSNet", 0), "aB": ("PSNet", 1), "ab": ("SPNet", 0),
 #: learned way -> the authors' AutoPSNet way
 AUTO_WAYS = {"autocs": "cs", "autosa": "attn", "autohs": "gs"}
 BLOCKS = ("A", "B")
+#: the authors' modules this script imports (and the stand-in writes)
+AUTHORS_MODULES = ("utils", "ps_nets", "fedps", "fedps_auto")
 #: written beside an exported split: what it is (read back when it is given as --folder)
 SPLIT_FILE = "fedlight_split.json"
 
@@ -94,6 +96,217 @@ def tfcnn_padded(input_shape: Sequence[int], num_classes: int) -> Any:
 def register_backbone() -> None:
     """Make ``tfcnn_padded`` a backbone name for this process (fedlight's zoo is a dict)."""
     BACKBONES.setdefault(BACKBONE, tfcnn_padded)
+
+
+# ===================================================================== the self-test's stand-in
+# Written here, not the authors' code: modules with the names, classes and attributes this
+# script drives, training the protocol the paper describes (two whole models "AaBb", one
+# private model "ab", the learned ways with a second step on the shared path).
+STAND_IN_METHODS = ("AaBb", "ab", *AUTO_WAYS)
+
+STAND_IN_UTILS = '''
+from torch import nn
+
+
+def weights_init(module):
+    if isinstance(module, (nn.Conv2d, nn.Linear)):
+        nn.init.normal_(module.weight, 0.0, 0.05)
+        nn.init.zeros_(module.bias)
+'''
+
+STAND_IN_PS_NETS = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils import weights_init
+
+
+def two_blocks(n_classes):
+    convs = []
+    for inputs, outputs in ((3, 32), (32, 64), (64, 64)):
+        convs += [nn.Conv2d(inputs, outputs, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+    return [nn.Sequential(*convs, nn.Flatten()),
+            nn.Sequential(nn.Linear(1024, 128), nn.ReLU(), nn.Linear(128, n_classes))]
+
+
+class TwoBranches(nn.Module):
+    """SP2Net with split 0 (two whole models) or SPNet with split 0 (one private model)."""
+
+    def __init__(self, ps_type, n_classes):
+        super().__init__()
+        self.ps_type = ps_type
+        first = two_blocks(n_classes)
+        if ps_type == "SP2Net":
+            self.shared_layers = nn.ModuleList(first)
+            self.private_layers = nn.ModuleList(two_blocks(n_classes))
+        else:
+            self.shared_layers = nn.ModuleList()
+            self.private_layers = nn.ModuleList(first)
+
+    def forward(self, x):
+        private = self.private_layers[1](self.private_layers[0](x))
+        if self.ps_type == "SPNet":
+            return private
+        return self.shared_layers[1](self.shared_layers[0](x)), private
+
+    def global_forward(self, x):
+        if self.ps_type == "SPNet":
+            return None
+        return self.shared_layers[1](self.shared_layers[0](x))
+
+
+def get_ps_net(ps_type, net, split_layer, n_classes):
+    assert ps_type in ("SP2Net", "SPNet") and split_layer == 0
+    model = TwoBranches(ps_type, n_classes)
+    model.apply(weights_init)
+    return model
+
+
+class AutoPSNet(nn.Module):
+    def __init__(self, net, way, n_classes):
+        super().__init__()
+        self.way = way
+        self.shared_layers = nn.ModuleList(two_blocks(n_classes))
+        self.private_layers = nn.ModuleList(two_blocks(n_classes))
+        rows = 2 if way == "cs" else 1
+        self.shared_coefs = nn.ParameterList(
+            [nn.Parameter(torch.full((rows, 2), 0.5)) for _ in range(2)])
+
+    def forward(self, x):
+        shared = private = x
+        for block in range(2):
+            shared = self.shared_layers[block](shared)
+            private = self.private_layers[block](private)
+            coefs = self.shared_coefs[block]
+            if self.way == "gs":
+                weights = F.gumbel_softmax(coefs, tau=1.0, hard=True)
+            else:
+                weights = coefs.softmax(-1)
+            mixed = [w[0] * shared + w[1] * private for w in weights]
+            shared, private = mixed[0], mixed[-1]
+        return shared, private
+
+    def global_forward(self, x):
+        return self.shared_layers[1](self.shared_layers[0](x))
+'''
+
+STAND_IN_FEDPS = '''
+import copy
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+class FedPS:
+    def __init__(self, csets, gset, model, args):
+        self.model, self.args = model, args
+        self.clients = list(csets)
+        self.private_models = {c: copy.deepcopy(model.private_layers) for c in self.clients}
+        self.train_loaders = {c: DataLoader(csets[c][0], args.batch_size, shuffle=True)
+                              for c in self.clients}
+        self.test_loaders = {c: DataLoader(csets[c][1], args.batch_size) for c in self.clients}
+        self.glo_test_loader = DataLoader(gset, args.batch_size)
+        self.logs = {"LOCAL_TACCS": [], "GLO_TACCS": []}
+
+    def train(self):
+        for r in range(1, self.args.max_round + 1):
+            trained, accuracies = {}, []
+            for client in np.random.permutation(self.clients):
+                local = copy.deepcopy(self.model)
+                local.private_layers.load_state_dict(self.private_models[client].state_dict())
+                local, client_accuracies, _ = self.update_local(
+                    r, local, self.train_loaders[client], self.test_loaders[client])
+                self.private_models[client].load_state_dict(local.private_layers.state_dict())
+                trained[client] = local
+                accuracies.append(client_accuracies)
+            mean = {name: torch.stack([m.state_dict()[name] for m in trained.values()]).mean(0)
+                    for name in self.model.state_dict() if not name.startswith("private")}
+            self.model.load_state_dict(mean, strict=False)
+            self.logs["LOCAL_TACCS"].extend(np.mean(accuracies, axis=0).tolist())
+            self.logs["GLO_TACCS"].append(self.global_test())
+
+    def loss(self, model, x, y):
+        outputs = model(x)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return sum(F.cross_entropy(o, y) for o in outputs)
+
+    def step(self, model, optimizer, loss):
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+        optimizer.step()
+
+    def local_step(self, model, optimizer, x, y):
+        self.step(model, optimizer, self.loss(model, x, y))
+
+    def update_local(self, r, model, train_loader, test_loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.args.lr,
+                                    momentum=self.args.momentum,
+                                    weight_decay=self.args.weight_decay)
+        before = self.local_test(model, test_loader)
+        model.train()
+        batches = iter(train_loader)
+        for _ in range(self.args.local_epochs * len(train_loader)):
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                batches = iter(train_loader)
+                x, y = next(batches)
+            self.local_step(model, optimizer, x, y)
+        return model, [before, self.local_test(model, test_loader)], 0.0
+
+    def combine(self, first, second):
+        return F.softmax(first, 1) * F.softmax(second, 1)
+
+    def local_test(self, model, loader):
+        model.eval()
+        accuracies = []
+        with torch.no_grad():
+            for x, y in loader:
+                outputs = model(x)
+                probs = (self.combine(*outputs) if isinstance(outputs, tuple)
+                         else F.softmax(outputs, 1))
+                accuracies.append((probs.argmax(1) == y).float().mean().item())
+        return float(np.mean(accuracies))
+
+    def global_test(self):
+        correct = total = 0
+        with torch.no_grad():
+            for x, y in self.glo_test_loader:
+                logits = self.model.global_forward(x)
+                if logits is None:
+                    return 0.0
+                correct += int((logits.argmax(1) == y).sum())
+                total += len(y)
+        return correct / total
+'''
+
+STAND_IN_FEDPS_AUTO = '''
+import torch.nn.functional as F
+
+from fedps import FedPS
+
+
+class FedPSAuto(FedPS):
+    def local_step(self, model, optimizer, x, y):
+        self.step(model, optimizer, self.loss(model, x, y))
+        self.step(model, optimizer, F.cross_entropy(model.global_forward(x), y))
+
+    def combine(self, first, second):
+        return (F.softmax(first, 1) + F.softmax(second, 1)) / 2
+'''
+
+
+def write_stand_in(folder: Path) -> None:
+    """The stand-in checkout of ``--self-test`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in zip(AUTHORS_MODULES, (STAND_IN_UTILS, STAND_IN_PS_NETS, STAND_IN_FEDPS,
+                                            STAND_IN_FEDPS_AUTO), strict=True):
+        (folder / f"{name}.py").write_text(text.lstrip())
 
 
 # ===================================================================== the clients
@@ -219,6 +432,8 @@ class _Functional(ModuleType):
 
 def import_authors(authors: Path) -> SimpleNamespace:
     """The authors' modules, imported from their checkout."""
+    for name in AUTHORS_MODULES:
+        sys.modules.pop(name, None)  # another checkout's (a self-test's stand-in) imported before
     sys.path.insert(0, str(authors))
     import fedps
     import fedps_auto
@@ -414,12 +629,12 @@ def parameter_differences(method: str, server: Any, trainer: Any, names: dict[st
     return gaps
 
 
-def choices(coefficients: Sequence[Tensor]) -> dict[str, Any]:
+def choices(coefficients: Sequence[Tensor], temperature: float = 1.0) -> dict[str, Any]:
     """Per block, the softmaxed coefficients of each fused output and the side each prefers
     (``shared`` / ``private``; the shared side on a tie)."""
     chosen: dict[str, Any] = {}
     for block, raw in zip(BLOCKS, coefficients, strict=True):
-        weights = F.softmax(raw.detach().reshape(-1, 2).double(), dim=-1)
+        weights = F.softmax(raw.detach().reshape(-1, 2).double() / temperature, dim=-1)
         chosen[block] = {"weights": [[round(w, 6) for w in row] for row in weights.tolist()],
                          "prefers": ["shared" if row[0] >= row[1] else "private"
                                      for row in weights.tolist()]}
@@ -445,21 +660,18 @@ def compare(method: str, code: SimpleNamespace, folder: Path, options: argparse.
         "fedlight_arguments": {k: v for k, v in ours.construction.items()
                                if k not in ("backbone", "num_classes", "input_shape")},
         "per_round": [{"round": i + 1, "fedlight": round(a, 4), "authors": round(b, 4),
-                       "fedlight_global": _number(c), "authors_global": _number(d)}
+                       **({"fedlight_global": round(c, 4), "authors_global": round(d, 4)}
+                          if ours.has_global_model else {})}
                       for i, (a, b, c, d) in enumerate(zip(mine, theirs, mine_global,
                                                            theirs_global, strict=True))],
         "max_param_diff": parameter_differences(method, server, trainer, names),
     }
     if method not in BLOCK_STRINGS:
         final = trainer.global_state
-        record["choices"] = {"fedlight": choices([final["alpha"], final["beta"]]),
+        temperature = 1.0 if getattr(ours, "hard", False) else ours.temperature
+        record["choices"] = {"fedlight": choices([final["alpha"], final["beta"]], temperature),
                              "authors": choices(list(server.model.shared_coefs))}
     return record
-
-
-def _number(value: float) -> float | None:
-    """``value`` rounded for the record; None where there is none (NaN: no global model)."""
-    return None if np.isnan(value) else round(value, 4)
 
 
 def authors_commit(authors: Path) -> str:
@@ -486,8 +698,12 @@ def print_record(record: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("authors", type=Path, help="a checkout of FedPS-AggregateOrNot")
-    parser.add_argument("--methods", nargs="+", default=["AaBb", "ABb", "ab", *AUTO_WAYS],
+    parser.add_argument("authors", type=Path, nargs="?",
+                        help="a checkout of FedPS-AggregateOrNot")
+    parser.add_argument("--self-test", action="store_true", help="against a stand-in for the "
+                        f"authors' modules written here ({', '.join(STAND_IN_METHODS)})")
+    parser.add_argument("--methods", nargs="+", help="default: AaBb ABb ab autocs autosa "
+                        "autohs (--self-test: all but ABb)",
                         choices=[*BLOCK_STRINGS, *AUTO_WAYS])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64, help="local batch size (the authors' "
@@ -507,14 +723,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="fedlight's defaults (the paper's form), not the authors' switches")
     parser.add_argument("--out", type=Path, help="write <out>/<method>.json per comparison")
     options = parser.parse_args(argv)
+    if options.authors is None and not options.self_test:
+        parser.error("give the authors' checkout, or --self-test")
+    options.methods = options.methods or (list(STAND_IN_METHODS) if options.self_test
+                                          else ["AaBb", "ABb", "ab", *AUTO_WAYS])
+    if options.self_test and not set(options.methods) <= set(STAND_IN_METHODS):
+        parser.error(f"--self-test runs {', '.join(STAND_IN_METHODS)}")
     register_backbone()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     command = shlex.join(["python", "benchmarks/privatize_vs_authors.py",
                           *(sys.argv[1:] if argv is None else argv)])
-    code = import_authors(options.authors.resolve())
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
+        authors = options.authors.resolve() if options.authors else scratch / "stand_in"
+        if options.self_test:
+            write_stand_in(authors)
+        code = import_authors(authors)
         if options.folder:
             folder = options.folder.resolve()
             described = folder / SPLIT_FILE
@@ -530,7 +755,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for method in options.methods:
             record = {**compare(method, code, folder, options, scratch),
                       "authors_repo": "lxcnju/FedPS-AggregateOrNot",
-                      "authors_commit": authors_commit(options.authors), "split": split,
+                      "authors_commit": authors_commit(authors), "split": split,
                       "rounds": options.rounds, "command": command}
             print_record(record)
             if options.out:
