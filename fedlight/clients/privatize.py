@@ -184,7 +184,8 @@ class Privatize(FederatedClient):
             exact blocks); ``Backbone.block_names(cut)`` lists them.
         combine: how two outputs make the prediction: ``"mean"`` of the two probability
             vectors (the paper's text, default) or their normalized ``"product"`` (the authors'
-            fixed-split evaluation code). Training is the same for both (sum of two CEs).
+            fixed-split evaluation code, ``fedps.py``; with it fedlight runs that code's
+            rounds, docs/authors_code.md). Training is the same for both (sum of two CEs).
         evaluate_after_training: score the personalized accuracy on each participant right
             after its local training (default: the paper's Def. 3.3 and the authors' code);
             False scores every client from its stored state after aggregation (fedlight's
