@@ -9,12 +9,14 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from fedlight.clients import GPFL, FedAvg
 from fedlight.core.errors import TrainingDiverged
+from fedlight.federation.build import simulator_engine
 from fedlight.federation.engines import choice
 from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.engines.choice import (
@@ -22,10 +24,12 @@ from fedlight.federation.engines.choice import (
     CHOICE_FILE,
     GRAPHS,
     LOOP,
+    ChosenEngine,
     EngineChoice,
     fastest,
 )
 from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.options import TrainerOptions
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 # Dirichlet sizes: clients take different numbers of steps and end on smaller last batches.
@@ -183,3 +187,28 @@ def test_measure_is_a_valid_value_and_auto_on_a_cpu_does_not_measure(tmp_path, m
     assert trainer.run.hyperparameters(trainer)["trainer"]["batched_clients"] == 1
     with pytest.raises(ValueError, match="'measure' times both ways"):
         tiny_trainer(tmp_path, batched_clients="fastest")
+
+
+@pytest.mark.parametrize("device, requested, graphs, ways", [
+    ("cuda", "auto", True, (LOOP, BATCHED, GRAPHS)),  # auto on a GPU measures every way
+    ("cuda", "auto", False, (LOOP, BATCHED)),  # cuda_graphs: false leaves graphs out
+    ("cuda", "measure", True, (LOOP, BATCHED, GRAPHS)),
+    ("cpu", "measure", True, (LOOP, BATCHED)),  # no graphs on a CPU
+    ("cuda", 3, True, (GRAPHS,)),  # K: batched as asked, not measured
+    ("cpu", 3, True, (BATCHED,)),
+    ("cpu", "auto", True, None),  # the loop, without measuring
+])
+def test_which_ways_the_simulator_chooses_from(device, requested, graphs, ways):
+    precision = SimpleNamespace(precision="32-true")
+    fabric = SimpleNamespace(device=torch.device(device),
+                             strategy=SimpleNamespace(precision=precision))
+    runtime = SimpleNamespace(fabric=fabric, client=make_client(FedAvg))
+    options = TrainerOptions(batched_clients=requested, cuda_graphs=graphs)
+    engine, note = simulator_engine(options, runtime)
+    if ways is None:
+        assert type(engine) is LocalEngine and "auto on cpu" in note
+        return
+    assert isinstance(engine, ChosenEngine) and engine.ways == ways
+    measured = len(ways) > 1
+    assert (engine.choice is None) == measured
+    assert ("the fastest trains the run" in note) == measured
