@@ -15,11 +15,22 @@ did not answer or answered with an error). Both are left out of the reduction an
 the row's dropped column. The simulator's LocalEngine never reports a failure: an exception
 while training a simulated client is a fault of the code and stops the run (the run folder is
 kept once a round is written).
+
+What counts as a refused update: a result that cannot be trusted into the reduction (see
+update_problem: the state's keys and shapes against the state sent, finite values, a
+non-negative finite weight; a result of a client not asked this round or a second result of
+one client; an engine's RefusedUpdate, e.g. a Flower reply naming another round). It is left
+out like a dropped client, named with its cause in one line on stderr, kept in
+RoundProtocol.refusals and counted in the row's refused column; a round left with no accepted
+update is skipped (the rule keeps its state), never averaged from nothing. The check guards
+every engine, the simulator's included: an engine bug cannot slip a wrong shape or a NaN into
+the global model.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +40,14 @@ import torch
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
-from fedlight.core.messages import ClientEngine, ClientFailure, Score, TrainTask, state_bytes
+from fedlight.core.messages import (
+    ClientEngine,
+    ClientFailure,
+    ClientResult,
+    Score,
+    TrainTask,
+    state_bytes,
+)
 from fedlight.core.rules import Report, ServerRule, aggregation_weight
 from fedlight.core.seeding import drop_clients, sample_clients
 from fedlight.federation.evaluation import Evaluator
@@ -58,6 +76,83 @@ class RoundGradScale:
     def load(self, value: float | None) -> None:
         if value is not None and self.value is not None:
             self.value = float(value)
+
+
+@dataclass
+class RefusedUpdate(ClientFailure):
+    """A participant's result the server refused to aggregate; reason says why (counted as
+    dropped and as refused)."""
+
+
+def update_problem(task: TrainTask, result: ClientResult) -> str | None:
+    """Why result cannot be aggregated as the answer to task, in a few words; None if it can.
+
+    Checked: the uploaded state has exactly the keys of the shared state sent, each with its
+    shape; every floating value of the state and the payload is finite; the weight is finite
+    and non-negative; the summed training loss is finite.
+    """
+    state, sent = result.upload.state, task.shared
+    missing, unexpected = sorted(set(sent) - set(state)), sorted(set(state) - set(sent))
+    if missing or unexpected:
+        return (f"its state's keys differ from the state sent (missing: {few(missing)}; "
+                f"unexpected: {few(unexpected)})")
+    for key, value in state.items():
+        if not isinstance(value, Tensor):
+            return f"state entry {key!r} is a {type(value).__name__}, not a tensor"
+        if tuple(value.shape) != tuple(sent[key].shape):
+            return f"{key!r} has shape {tuple(value.shape)}, expected {tuple(sent[key].shape)}"
+    where = non_finite(state) or non_finite(result.upload.payload, "payload ")
+    if where:
+        return f"{where} has non-finite values"
+    weight = result.upload.weight
+    if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
+        return f"its weight {weight!r} is not a finite non-negative number"
+    if not math.isfinite(float(result.loss_sum)):
+        return "its training loss is not finite"
+    return None
+
+
+def few(names: list[str], shown: int = 3) -> str:
+    """Up to ``shown`` names, and how many more."""
+    if not names:
+        return "none"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(repr(n) for n in names[:shown]) + more
+
+
+def non_finite(obj: Any, prefix: str = "") -> str | None:
+    """The first place (key path) in a nested structure of tensors that holds a NaN or an
+    Inf; None if every floating tensor is finite (checked with one device sync)."""
+    places = dict(floating_tensors(obj, prefix))
+    if not places:
+        return None
+    flags = [torch.isfinite(t).all() for t in places.values()]
+    finite = torch.stack([flag.to(flags[0].device) for flag in flags]).cpu()
+    if bool(finite.all()):
+        return None
+    return list(places)[int((~finite).nonzero()[0])]
+
+
+def floating_tensors(obj: Any, place: str) -> Iterator[tuple[str, Tensor]]:
+    """(key path, tensor) of every floating tensor in a nested structure of tensors."""
+    if isinstance(obj, Tensor):
+        if obj.is_floating_point():
+            yield place.strip() or "a tensor", obj
+        return
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(obj, Mapping):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return
+    for key, value in items:
+        yield from floating_tensors(value, f"{place}{key!r} " if not place.strip()
+                                    else f"{place.strip()}[{key!r}] ")
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -99,6 +194,10 @@ class RoundProtocol:
         self.keep_from = 0  # the newest checkpointed round (see TrainTask.keep_from)
         #: called with (clients done, clients) as this process's clients of a round finish
         self.on_client_done: Callable[[int, int], None] | None = None
+        #: every refused update of the run so far: {"round", "client", "cause"}
+        self.refusals: list[dict[str, Any]] = []
+        #: prints one line (a refused update, a skipped round)
+        self.warn: Callable[[str], None] = stderr_line
 
     def plan(self, round_idx: int) -> RoundPlan:
         """The participants, the dropped and the evaluation decision of round_idx."""
@@ -128,12 +227,25 @@ class RoundProtocol:
         tasks = {}
         for task in self.tasks(plan):
             tasks[task.client_id] = task
+        accepted = 0
         for done, outcome in enumerate(self.engine.train(list(tasks.values())), 1):
             if self.on_client_done is not None:
                 self.on_client_done(done, len(tasks))
             client_id = outcome.client_id
+            if client_id not in tasks or client_id in stats:
+                self.refuse(round_idx, RefusedUpdate(
+                    client_id, "a second result" if client_id in stats
+                    else "not a participant of the round"))
+                continue
             sent = state_bytes(tasks[client_id].shared) + state_bytes(tasks[client_id].message)
             stats[client_id] = {"bytes_down": sent, "bytes_up": 0, "failed": True}
+            if isinstance(outcome, ClientResult):
+                problem = update_problem(tasks[client_id], outcome)
+                if problem is not None:
+                    outcome = RefusedUpdate(client_id, problem)
+            if isinstance(outcome, RefusedUpdate):
+                stats[client_id]["refused"] = True
+                self.refuse(round_idx, outcome)
             if isinstance(outcome, ClientFailure):
                 continue
             stats[client_id].update(loss=outcome.loss_sum, steps=outcome.steps,
@@ -146,13 +258,21 @@ class RoundProtocol:
                                      upload.payload))
                 stats[client_id]["bytes_up"] = state_bytes(upload.state) + state_bytes(
                     upload.payload)
+                accepted += 1
             if plan.scores_after_training:
                 scores[client_id] = outcome.scores
-        self.rule.end_round(self.dist)
+        # the rule reduces only if some process accepted an update: a round whose every
+        # update was refused or lost keeps the rule's state (max over processes, as -min(-x))
+        if -self.dist.reduce_min(-float(accepted)) > 0:
+            self.rule.end_round(self.dist)
+        elif tasks:
+            self.warn(f"fedlight: round {round_idx + 1} skipped: no update was accepted")
         self.grad_scale.end_round(ended, self.dist)
         row = round_stats(self.dist.gather_by_client(stats), self.dist.device)
         if not (self.drop_rate or row["dropped"]):
             del row["dropped"]  # the column only where clients can drop
+        if not row["refused"]:
+            del row["refused"]  # the column only where an update was refused
         row["seconds"] = time.perf_counter() - started
         if not plan.evaluate:
             return row, None
@@ -160,6 +280,13 @@ class RoundProtocol:
         full = {"round": round_idx + 1, **metrics, **row}
         full.update(self.rule.round_metrics(round_idx + 1))
         return row, full
+
+    def refuse(self, round_idx: int, refusal: RefusedUpdate) -> None:
+        """Leave refusal's update out: one line on stderr, kept in refusals."""
+        self.refusals.append({"round": round_idx + 1, "client": refusal.client_id,
+                              "cause": refusal.reason})
+        self.warn(f"fedlight: round {round_idx + 1}: the update of client {refusal.client_id} "
+                  f"was refused: {refusal.reason}")
 
     def evaluate(self, round_idx: int,
                  after_training: Mapping[int, dict[str, Score]] | None) -> dict[str, Any]:
@@ -193,9 +320,11 @@ def round_stats(stats: Mapping[int, Mapping[str, Any]], device: torch.device) ->
         "bytes_up": sum(e["bytes_up"] for e in stats.values()),
         "bytes_down": sum(e["bytes_down"] for e in stats.values()),
         "dropped": sum(e["failed"] for e in stats.values()),
+        "refused": sum(bool(e.get("refused")) for e in stats.values()),
     }
     row.update({f"train/{k}": float(torch.stack(v).mean()) for k, v in logs.items()})
     return row
 
 
-__all__ = ["RoundGradScale", "RoundPlan", "RoundProtocol", "round_stats"]
+__all__ = ["RefusedUpdate", "RoundGradScale", "RoundPlan", "RoundProtocol", "round_stats",
+           "update_problem"]

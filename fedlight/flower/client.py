@@ -162,7 +162,7 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
     def train(message: Message, context: Context) -> Message:
         task, _ = decode_task(message.content)
         result = node_for(context, message.content["task"]).train(task)
-        return Message(encode_result(result), reply_to=message)
+        return Message(encode_result(result, task.round_idx), reply_to=message)
 
     @app.evaluate()
     def evaluate(message: Message, context: Context) -> Message:

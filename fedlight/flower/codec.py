@@ -83,17 +83,24 @@ def decode_task(content: RecordDict) -> tuple[TrainTask, str]:
                      int(task["keep-from"])), str(task["run"])
 
 
-def encode_result(result: ClientResult) -> RecordDict:
-    """A ClientResult as a train reply's content: exactly the upload (state, weight, payload),
-    the training statistics, the logged values and the scores the task asked for."""
+def encode_result(result: ClientResult, round_idx: int) -> RecordDict:
+    """A ClientResult as the reply to round_idx's train message: exactly the upload (state,
+    weight, payload), the training statistics, the logged values and the scores the task asked
+    for, and the round it answers (the server refuses a reply naming another round)."""
     content = RecordDict()
     put_state(content, "arrays", result.upload.state)
     content["result"] = ConfigRecord({
-        "weight": float(result.upload.weight), "payload": pack(result.upload.payload),
+        "round": round_idx, "weight": float(result.upload.weight),
+        "payload": pack(result.upload.payload),
         "loss-sum": float(result.loss_sum), "steps": int(result.steps),
         "logs": pack({k: float(v) for k, v in result.logs.items()}),
         "scores": pack_scores(result.scores), "loss-scale": pack(result.loss_scale)})
     return content
+
+
+def reply_round(content: RecordDict) -> int:
+    """The round a train reply answers."""
+    return int(content["result"]["round"])
 
 
 def decode_result(client_id: int, content: RecordDict) -> ClientResult:
@@ -115,4 +122,5 @@ def encode_evaluation(client_id: int, round_idx: int, shared: Mapping[str, Tenso
 
 
 __all__ = ["decode_result", "decode_task", "encode_evaluation", "encode_result", "encode_task",
-           "get_state", "pack", "pack_scores", "put_state", "unpack", "unpack_scores"]
+           "get_state", "pack", "pack_scores", "put_state", "reply_round", "unpack",
+           "unpack_scores"]

@@ -8,7 +8,10 @@ partition-id (and, under Flower's simulation engine, num-partitions). Nodes that
 restarted SuperNode gets a new node id) are asked before every round, and the newest node of a
 client replaces the old one. A task whose node is missing, does not answer within
 round-timeout, or answers with an error (a killed SuperNode, an exception in the ClientApp)
-comes back as a ClientFailure: the client counts as dropped for that round.
+comes back as a ClientFailure: the client counts as dropped for that round. A reply that
+cannot be read, or that answers another round than the one asked (a replayed reply), comes
+back as a RefusedUpdate: the round protocol checks every other reply (keys, shapes, finite
+values) and refuses it, the client counts as dropped, and the line naming it is printed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from torch import Tensor
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientFailure, ClientResult, EngineHost, Score, TrainTask
-from fedlight.flower.codec import decode_result, encode_evaluation, encode_task, unpack_scores
+from fedlight.federation.protocol import RefusedUpdate
+from fedlight.flower.codec import (
+    decode_result,
+    encode_evaluation,
+    encode_task,
+    reply_round,
+    unpack_scores,
+)
 
 NAME = "flower"
 
@@ -144,7 +154,7 @@ class FlowerEngine:
         for task in tasks:
             reply = replies[task.client_id]
             yield (ClientFailure(task.client_id, reply) if isinstance(reply, str)
-                   else decode_result(task.client_id, reply.content))
+                   else read_reply(task, reply.content))
 
     def evaluate(self, round_idx: int,
                  downloads: Mapping[int, Tensor | Any]) -> dict[int, dict[str, Score]]:
@@ -155,4 +165,20 @@ class FlowerEngine:
                 if not isinstance(r, str)}
 
 
-__all__ = ["NAME", "FlowerEngine", "mismatch"]
+def read_reply(task: TrainTask, content: RecordDict) -> ClientResult | RefusedUpdate:
+    """task's result from a train reply, or why the reply is refused: it cannot be read (a
+    missing record, bytes that are not a structure of tensors), or it answers another round."""
+    try:
+        answered = reply_round(content)
+        result = decode_result(task.client_id, content)
+    except Exception as error:  # anything a peer's bytes can make the decoder raise
+        first_line = next(iter(str(error).splitlines()), "")
+        return RefusedUpdate(task.client_id, f"its reply cannot be read "
+                                             f"({type(error).__name__}: {first_line})")
+    if answered != task.round_idx:
+        return RefusedUpdate(task.client_id, f"its reply answers round {answered + 1}, not "
+                                             f"round {task.round_idx + 1}")
+    return result
+
+
+__all__ = ["NAME", "FlowerEngine", "mismatch", "read_reply"]

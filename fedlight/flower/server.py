@@ -15,7 +15,7 @@ partition table and the global test set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from torch import Tensor
 
 from fedlight.config import RunConfig
 from fedlight.core.rules import ServerRule
+from fedlight.federation.callbacks import RoundCallback
 from fedlight.flower.engine import FlowerEngine
 from fedlight.flower.settings import app_settings, load_from
 
@@ -40,10 +41,40 @@ class Outcome:
     history: list[dict[str, Any]]
 
 
+#: The run folder's record of the updates the server refused (see RefusalLog).
+REFUSED_FILE = "refused.json"
+
+
+class RefusalLog(RoundCallback):
+    """Keeps the run folder's refused.json: every refused update of the run (round, client,
+    cause; see fedlight.federation.protocol), written after each round that refused one and
+    carried across a resume in the checkpoints."""
+
+    def __init__(self) -> None:
+        self.earlier: list[dict[str, Any]] = []  # refusals before a resume
+        self.current: list[dict[str, Any]] = []  # the round protocol's, since the run started
+
+    def on_fit_start(self, trainer: Any, client: Any) -> None:
+        self.current = trainer.run.protocol.refusals
+
+    def on_round_end(self, trainer: Any, client: Any, round_idx: int,
+                     metrics: Mapping[str, Any]) -> None:
+        if metrics.get("refused"):
+            trainer.run.writer.opened.write_json(REFUSED_FILE, self.state_dict()["refusals"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"refusals": [*self.earlier, *self.current]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.earlier = list(state.get("refusals", []))
+
+
 def serve(grid: Grid, run: RunConfig, discovery_timeout: float = 600.0,
           round_timeout: float | None = None) -> Outcome:
-    """Run the federation of run over grid, writing the run folder."""
+    """Run the federation of run over grid, writing the run folder (with refused.json where
+    an update was refused)."""
     trainer = run.trainer
+    trainer.callbacks = [*trainer.callbacks, RefusalLog()]
     engine = FlowerEngine(grid, run.datamodule.num_clients, discovery_timeout, round_timeout)
     summary = trainer.federate(run.model, run.datamodule, engine, run.ckpt_path, run.server)
     return Outcome(summary, trainer.global_state, trainer.server, trainer.history)
@@ -71,4 +102,4 @@ def build_server_app(config: str | None = None, overrides: str | list[str] | Non
     return app
 
 
-__all__ = ["Outcome", "build_server_app", "serve"]
+__all__ = ["REFUSED_FILE", "Outcome", "RefusalLog", "build_server_app", "serve"]
