@@ -539,3 +539,11 @@ def test_autohs_samples_at_evaluation_only_when_asked():
     assert len(outputs) > 1  # a fresh selection at every forward
     deterministic = make(AutoHS).eval()
     torch.testing.assert_close(deterministic(X), deterministic(X))
+
+
+def test_only_an_auto_client_with_the_shared_path_step_leaves_the_batched_engine():
+    from fedlight.federation.engines.batched import batching_refusal
+
+    assert batching_refusal(make(AutoSA), "32-true", "fresh", None) is None
+    refusal = batching_refusal(make(AutoSA, shared_path_step=True), "32-true", "fresh", None)
+    assert refusal is not None and "loop hook" in refusal
