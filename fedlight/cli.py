@@ -16,7 +16,6 @@ shape and the class count are linked from the data module and never repeated in 
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import warnings
@@ -36,6 +35,7 @@ from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.pfllib import export_pfllib
 from fedlight.errors import (
     USER_ERRORS,
+    CommandParser,
     FedlightParser,
     UsageError,
     debugging,
@@ -146,7 +146,7 @@ def export_partition(argv: list[str]) -> None:
     Given a run folder, its ``partition.json`` is exported exactly; given a YAML config, the
     split its ``data`` section generates.
     """
-    parser = argparse.ArgumentParser(prog="fedlight export-partition",
+    parser = CommandParser(prog="fedlight export-partition",
                                      description=export_partition.__doc__.split("\n")[0])
     parser.add_argument("source", help="a run folder or a fedlight YAML config")
     parser.add_argument("out_dir", help="folder to write train/<i>.npz, test/<i>.npz, config.json")

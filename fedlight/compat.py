@@ -52,7 +52,11 @@ class LightningCLISteps(LightningCLI):
 # bullet under ``Errors:``, ``Expected a <class 'T'>. Got value: V``,
 # ``Expected a typing.Literal[...]. Got value: V`` (in a Union's bullet without the value,
 # which the Union error gives as ``Given value: V``), ``File does not exist: <path>``,
-# ``Expected a dot import path string: <name>`` and the unknown-option messages.
+# ``Expected a dot import path string: <name>`` and the unknown-option messages. A class
+# path that names no class reads ``Problem with given class_path '<path>':`` or ``Expected a
+# path but <path> either not accessible or invalid``; a Union error lists the option's types
+# as ``Subtypes: [<class 'a.B'>, list[a.C], ...]``; a config file that is not valid YAML
+# reads ``Problems parsing config: <PyYAML's problem>`` followed by PyYAML's mark.
 
 _KEY = re.compile(r'\s*Parser key "([^"]+)":[ \t]*(.*)', re.S)
 _TYPE = re.compile(r"Expected a <class '([\w.]+)'>\. Got value: (.*)$", re.S)
@@ -60,6 +64,11 @@ _LITERAL = re.compile(r"Expected a typing\.Literal\[(.*?)\](?:\. Got value: (.*)
 _GIVEN = re.compile(r"^\s*Given value: (.*)$", re.M)
 _MISSING_FILE = re.compile(r"File does not exist: (.+)$")
 _CLASS_NAME = re.compile(r"Expected a dot import path string: (\S+)")
+_CLASS_PATH = (re.compile(r"Problem with given class_path '([^']+)'"),
+               re.compile(r"Expected a path but (\S+) either not accessible or invalid"))
+_SUBTYPES = re.compile(r"^\s*Subtypes: \[(.*)\]$", re.M)
+_SUBTYPE_CLASS = re.compile(r"([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)")
+_YAML_SYNTAX = re.compile(r"Problems parsing config\s*:")
 _UNKNOWN_OPTION = (re.compile(r"does not accept option '([^']+)'"),
                    re.compile(r"Option '([^']+)' is not accepted"),
                    re.compile(r"unrecognized arguments: (?:\w+ )?--?([^\s=]+)"))
@@ -76,8 +85,12 @@ class ParserError:
         choices: the valid values of a ``Literal`` option, else None.
         value: the bad value of a type, choice or class-name error, else None.
         missing_file: the path of a config file that does not exist, else None.
-        unknown_class: the name given to a class option that names no class, else None.
+        unknown_class: the name given to a class option that names no class (a short name
+            or a class path), else None.
         unknown_option: an option name the parser does not accept, else None.
+        subtypes: the class paths of the types a Union option accepts (its base classes,
+            ``fedlight.core.rules.ServerRule``), where the message lists them.
+        yaml_syntax: whether a config file could not be parsed as YAML.
     """
 
     keys: list[str]
@@ -88,14 +101,21 @@ class ParserError:
     missing_file: str | None = None
     unknown_class: str | None = None
     unknown_option: str | None = None
+    subtypes: list[str] | None = None
+    yaml_syntax: bool = False
 
 
 def read_parser_error(text: str) -> ParserError:
     """Read jsonargparse's message ``text`` into a :class:`ParserError`."""
     keys: list[str] = []
-    given = None
+    given = subtypes = None
+    yaml_syntax = bool(_YAML_SYNTAX.search(text))
     text = text.strip()
     while True:
+        listed = _SUBTYPES.search(text)
+        if listed and subtypes is None:
+            subtypes = [path for path in _SUBTYPE_CLASS.findall(listed.group(1))
+                        if path != "NoneType"]
         key = _KEY.match(text)
         if key:
             keys.append(key.group(1))
@@ -106,7 +126,8 @@ def read_parser_error(text: str) -> ParserError:
             break
         given = _GIVEN.search(text) or given
         text = inner
-    error = ParserError(keys, text.splitlines()[-1].strip() if text else text)
+    error = ParserError(keys, text.splitlines()[-1].strip() if text else text,
+                        subtypes=subtypes, yaml_syntax=yaml_syntax)
     typed, literal = _TYPE.search(text), _LITERAL.search(text)
     if literal:
         error.choices = [v.strip(" '\"") for v in literal.group(1).split(",")]
@@ -117,9 +138,11 @@ def read_parser_error(text: str) -> ParserError:
     missing = _MISSING_FILE.search(text)
     if missing:
         error.missing_file = missing.group(1).strip()
-    name = _CLASS_NAME.search(text)
-    if name:
-        error.unknown_class = error.value = name.group(1)
+    for pattern in (_CLASS_NAME, *_CLASS_PATH):
+        name = pattern.search(text)
+        if name:
+            error.unknown_class = error.value = name.group(1)
+            break
     for pattern in _UNKNOWN_OPTION:
         unknown = pattern.search(text)
         if unknown:
@@ -150,7 +173,8 @@ def _first_real_bullet(text: str) -> str | None:
     if not useful:
         return None
     # the alternative that got furthest: a nested key or a class-name error, else the first
-    useful.sort(key=lambda t: not (t.startswith("Parser key") or _CLASS_NAME.search(t)))
+    useful.sort(key=lambda t: not (t.startswith("Parser key") or _CLASS_NAME.search(t)
+                                   or any(p.search(t) for p in _CLASS_PATH)))
     return useful[0]
 
 

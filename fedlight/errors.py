@@ -7,14 +7,16 @@ Set the environment variable FEDLIGHT_DEBUG=1 to get the traceback instead.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import functools
 import inspect
 import os
+import pydoc
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,6 +54,9 @@ class FedlightParser(LightningArgumentParser):
         if self.command:
             kwargs.setdefault("usage", f"fedlight {self.command} [options]")
         kwargs.setdefault("formatter_class", FedlightHelpFormatter)
+        # an abbreviated option (--trainer.round for --trainer.rounds) is refused with a "did
+        # you mean": accepted, a typo could select another option silently
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     @staticmethod
@@ -77,6 +82,19 @@ class FedlightParser(LightningArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
         raise UsageError(message, getattr(self, "config_files", ())) from ex
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The argparse parser of a plain ``fedlight`` tool (report, interpolate,
+    export-partition): its errors are raised as UsageError (one line, exit code 2, from
+    ``fedlight``'s main), and no option is taken from an abbreviation of its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
 
 
 def config_files(args: Any) -> list[str]:
@@ -169,12 +187,18 @@ def user_message(error: BaseException) -> str:
     and a "did you mean" where they are known."""
     parsed = read_parser_error(str(error))
     key = ".".join(k for k in parsed.keys if k != "init_args")
+    files = getattr(error, "config_files", ())
+    syntax = yaml_syntax_error(files) if parsed.yaml_syntax else None
+    if syntax is not None:
+        return syntax
     if parsed.unknown_class and (key == "model" or parsed.reason.startswith("--model")):
         return unknown_model(parsed.unknown_class)
     if parsed.missing_file:
         return f"config file {parsed.missing_file} does not exist"
     prefix = f"{key}: " if key else ""
-    file = file_naming(parsed.unknown_option or "", getattr(error, "config_files", ()))
+    if parsed.unknown_class and parsed.subtypes:
+        return prefix + unknown_class(parsed.unknown_class, parsed.subtypes)
+    file = file_naming(parsed.unknown_option or "", files)
     if file is not None:  # an option of a YAML file: say which file
         prefix = f"{file}: {prefix}"
     if parsed.choices is not None:
@@ -186,10 +210,92 @@ def user_message(error: BaseException) -> str:
 
 
 def unknown_model(name: str) -> str:
+    """An unknown ``--model`` (a short name or a class path), the models and the closest."""
     from fedlight.clients import CLIENTS
 
     return (f"unknown model {name!r}; valid: {', '.join(sorted(CLIENTS))}"
-            + did_you_mean(name, CLIENTS))
+            + did_you_mean_class(name, CLIENTS))
+
+
+def unknown_class(name: str, bases: Iterable[str]) -> str:
+    """An unknown class (a short name or a class path) given where subclasses of ``bases``
+    (class paths) are expected: the classes a user can pass and the closest."""
+    if "." in name:  # the classes of the module the path names count too
+        pydoc.locate(name.rsplit(".", 1)[0])
+    classes = subclasses(bases)
+    return (f"unknown class {name!r}; valid: {', '.join(classes)}"
+            + did_you_mean_class(name, classes))
+
+
+def subclasses(bases: Iterable[str]) -> dict[str, type]:
+    """The classes a user can pass for ``bases`` (class paths) by their short name, sorted:
+    every concrete subclass imported so far, the bases themselves left out."""
+    found: dict[str, type] = {}
+    pending = [cls for cls in map(pydoc.locate, bases) if isinstance(cls, type)]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            pending.append(sub)
+            if not inspect.isabstract(sub) and not sub.__name__.startswith("_"):
+                found.setdefault(sub.__name__, sub)
+    return dict(sorted(found.items()))
+
+
+def did_you_mean_class(name: str, classes: Mapping[str, type]) -> str:
+    """``"; did you mean ..."`` for the class of ``classes`` (by short name) closest to
+    ``name``, written as it was given: a short name, or a class path (``fedlight.clients.GPFLL``
+    -> ``fedlight.clients.GPFL``, the canonical path where that one does not import)."""
+    module, _, short = name.rpartition(".")
+    close = difflib.get_close_matches(short, list(classes), n=1, cutoff=0.6)
+    if not close or close[0] == name:
+        return ""
+    cls = classes[close[0]]
+    if not module:
+        return f"; did you mean {close[0]!r}?"
+    path = f"{module}.{close[0]}"
+    if pydoc.locate(path) is not cls:
+        path = f"{cls.__module__}.{cls.__qualname__}"
+    return f"; did you mean {path!r}?"
+
+
+#: What the parser expected where PyYAML's problem does not say it.
+YAML_EXPECTED = {
+    "mapping values are not allowed here": "expected the key indented as the keys beside it, "
+                                           "or the value quoted (it holds ': ')",
+    "cannot start any token": "expected spaces (YAML indents with spaces, not tabs)",
+    "found unexpected end of stream": "expected the closing quote or bracket",
+}
+
+
+def yaml_syntax_error(files: Iterable[str]) -> str | None:
+    """The one-line message of the first of ``files`` that is not valid YAML (None when all
+    are): :func:`describe_yaml_error`."""
+    import yaml
+
+    for file in files:
+        try:
+            text = Path(file).read_text()
+            yaml.safe_load(text)
+        except yaml.MarkedYAMLError as error:
+            return describe_yaml_error(file, text, error)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+    return None
+
+
+def describe_yaml_error(file: str | Path, text: str, error: Any) -> str:
+    """A PyYAML syntax error (``yaml.MarkedYAMLError``) of ``file`` (holding ``text``) as one
+    line: the file, line and column, the problem, what the parser expected and the line."""
+    mark = error.problem_mark
+    problem = str(error.problem or error.context or "not valid YAML")
+    expected = next((hint for known, hint in YAML_EXPECTED.items() if known in problem), "")
+    context = error.context if error.context and error.context_mark else ""
+    if context:
+        context = f" ({context} from line {error.context_mark.line + 1})"
+    lines = text.splitlines()
+    shown = lines[mark.line].rstrip() if mark and mark.line < len(lines) else ""
+    where = f"{file}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(file)
+    return (f"{where}: not valid YAML: {problem}{context}" + (f"; {expected}" if expected else "")
+            + (f"; the line reads {shown!r}" if shown.strip() else ""))
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
@@ -227,6 +333,7 @@ def option_names() -> set[str]:
     return names
 
 
-__all__ = ["FedlightParser", "USER_ERRORS", "UsageError", "debugging", "did_you_mean",
-           "exit_with_error", "exit_with_fault", "fault_hint", "user_message",
-           "wrapped_user_error"]
+__all__ = ["CommandParser", "FedlightParser", "USER_ERRORS", "UsageError", "debugging",
+           "describe_yaml_error", "did_you_mean", "did_you_mean_class", "exit_with_error",
+           "exit_with_fault", "fault_hint", "subclasses", "unknown_class", "user_message",
+           "wrapped_user_error", "yaml_syntax_error"]

@@ -76,14 +76,17 @@ def save_figure(path: Path, draw: Draw, size: tuple[float, float],
     from matplotlib.figure import Figure
 
     written = []
-    with matplotlib.rc_context(STYLE):
+    style: Any = STYLE  # matplotlib types its keys as a Literal of every rc name
+    with matplotlib.rc_context(style):
         figure = Figure(figsize=size, layout="constrained")
         FigureCanvasAgg(figure)  # files only: no display, pyplot's global state untouched
         draw(figure.subplots(*shape, squeeze=False))
         for kind in figure_formats(formats):
+            def write(stream: Any, kind: str = kind) -> None:
+                figure.savefig(stream, dpi=DPI, format=kind)
+
             target = path.with_suffix(f".{kind}")
-            atomic_write(target, lambda stream, kind=kind: figure.savefig(
-                stream, dpi=DPI, format=kind))
+            atomic_write(target, write)
             written.append(target)
     return written
 

@@ -23,7 +23,6 @@ With ``--pdf`` every figure is also written as PDF (vector) beside its PNG.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -40,6 +39,7 @@ import yaml
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.files import csv_number
 from fedlight.data.stats import save_heatmap
+from fedlight.errors import CommandParser
 from fedlight.plotting import (
     figure_formats,
     integer_axis,
@@ -412,7 +412,7 @@ def _gain_sections(members: Sequence[Run], setting: str, compare: tuple[str, str
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="fedlight report", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="fedlight report", description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (written by fedlight fit)")
     parser.add_argument("--out", default="report", help="output folder (default: report)")
     parser.add_argument("--compare", nargs=2, metavar=("BASE", "OTHER"),

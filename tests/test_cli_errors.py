@@ -48,6 +48,19 @@ CASES = {
                      "valid: samples, uniform", "did you mean 'samples'?"),
     "unknown logger": (["--trainer.logger", "wandbb"], "trainer.logger: got 'wandbb'; valid: "
                        "csv, tensorboard, wandb", "did you mean 'wandb'?"),
+    "YAML syntax": (["-c", "{broken}"], "broken.yaml, line 3, column 15: not valid YAML: "
+                    "mapping values are not allowed here", "expected the key indented as the "
+                    "keys beside it", "the line reads '   num_clients: 4'"),
+    "typo in a class path": (["--model", "fedlight.clients.GPFLL"],
+                             "unknown model 'fedlight.clients.GPFLL'; valid: ",
+                             "did you mean 'fedlight.clients.GPFL'?"),
+    "typo in a server rule": (["--server", "TrimedMean"], "server: unknown class 'TrimedMean'; "
+                              "valid: ", "did you mean 'TrimmedMean'?"),
+    "typo in a server class path": (["--server", "fedlight.federation.server.TrimedMean"],
+                                    "server: unknown class", "did you mean "
+                                    "'fedlight.federation.server.TrimmedMean'?"),
+    "abbreviated option": (["--trainer.round", "2"], "--trainer.round 2",
+                           "did you mean 'trainer.rounds'?"),
 }
 
 
@@ -56,8 +69,10 @@ def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monke
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     typo = tmp_path / "typo.yaml"
     typo.write_text("data:\n  bta: 0.1\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("data:\n  source: digits\n   num_clients: 4\n")
     options, *expected = CASES[case]
-    options = [o.format(tmp=tmp_path, typo=typo) for o in options]
+    options = [o.format(tmp=tmp_path, typo=typo, broken=broken) for o in options]
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", DIRICHLET, *options, "--trainer.default_root_dir", str(runs)])

@@ -102,6 +102,25 @@ def test_jsonargparse_unknown_options_are_named():
     assert read_parser_error(parser_error("--model.lx", "1")).unknown_option == "model.lx"
 
 
+def test_jsonargparse_class_path_and_yaml_errors_name_the_path_and_the_options_types(tmp_path):
+    from fedlight.core.rules import ServerRule
+
+    parser = FedlightParser(exit_on_error=False)
+    parser.add_argument("-c", "--config", action=jsonargparse.ActionConfigFile)
+    parser.add_argument("--rule", type=ServerRule | None)
+    for given in ("fedlight.core.rules.Krumm", "Krumm"):
+        with pytest.raises(UsageError) as raised:
+            parser.parse_args(["--rule", given])
+        error = read_parser_error(str(raised.value))
+        assert (error.keys, error.unknown_class) == (["rule"], given), str(raised.value)
+        assert error.subtypes == ["fedlight.core.rules.ServerRule"], str(raised.value)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("rule:\n  a: 1\n   b: 2\n")
+    with pytest.raises(UsageError) as raised:
+        parser.parse_args(["-c", str(broken)])
+    assert read_parser_error(str(raised.value)).yaml_syntax, str(raised.value)
+
+
 def test_nested_union_errors_read_down_to_the_innermost_reason():
     from fedlight.cli import FedlightCLI
 

@@ -110,7 +110,8 @@ def write_table(sweep_dir: str | Path, out: str | Path | None = None) -> list[Pa
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m fedlight.analysis.dlg_table SWEEP_DIR [--out DIR]``."""
     parser = argparse.ArgumentParser(prog="python -m fedlight.analysis.dlg_table",
-                                     description=(__doc__ or "").splitlines()[0])
+                                     description=(__doc__ or "").splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("sweep_dir", help="the folder a DLG sweep wrote (holds runs.csv)")
     parser.add_argument("--out", default=None, help="output folder (default: the sweep's)")
     args = parser.parse_args(argv)

@@ -22,7 +22,6 @@ otherwise)::
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from fedlight.analysis.outputs import write_csv
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
+from fedlight.errors import CommandParser
 from fedlight.federation.outputs.checkpoints import load_checkpoint
 from fedlight.plotting import save_figure, with_pdf
 
@@ -201,7 +201,7 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``fedlight interpolate RUN_DIR [--step 0.1] [--out DIR]``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="fedlight interpolate",
         description="Interpolation trick of 'Aggregate or Not?' (Fig. 9) on a trained AaBb run.")
     parser.add_argument("run_dir", help="run folder (holds config.yaml and checkpoints/)")

@@ -175,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """``python -m fedlight.analysis.per_client SWEEP_DIR [--out DIR] [--metric M]
     [--over best|last]``."""
     parser = argparse.ArgumentParser(prog="python -m fedlight.analysis.per_client",
-                                     description=(__doc__ or "").splitlines()[0])
+                                     description=(__doc__ or "").splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("sweep_dir", help="the folder a sweep wrote (runs.csv, runs/)")
     parser.add_argument("--out", default=None, help="output folder (default: the sweep's)")
     parser.add_argument("--metric", default="personalized_accuracy",
