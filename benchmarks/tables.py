@@ -1494,6 +1494,125 @@ def quickstart() -> Fields:
     }
 
 
+# ----------------------------------------------------------------------------- cifar10_vs_pfllib
+VS_PFLLIB_C10 = RESULTS / "cifar10_vs_pfllib"
+EXPLAINED_ABOVE = 0.5  # points: the reading explains every seed-0 difference above this
+# (method, form) -> the first table's row label
+VS_C10_ROWS = {("GPFL", "p_k / U"): "GPFL, p_k / U (the paper's Eq. 7, fedlight's default)",
+               ("GPFL", "p_k not / U"):
+                   "GPFL, p_k not divided by U (the authors' code, as PFLlib)",
+               ("FedPer", ""): "FedPer", ("FedRep", ""): "FedRep", ("FedRoD", ""): "FedRoD",
+               ("Ditto", ""): "Ditto",
+               ("FedProto", "head"): "FedProto, scored by its head (fedlight's default)",
+               ("FedProto", "prototype"):
+                   "FedProto, scored by the nearest prototype (as PFLlib)",
+               ("FedAvg", ""): "FedAvg", ("FedProx", ""): "FedProx"}
+# the window in which the two cores ran these processes (the file's "What ran"), minutes
+VS_C10_BUSY_MINUTES = 35 + 60 + 20
+
+
+def cifar10_vs_pfllib() -> Fields:
+    runs = read_csv(VS_PFLLIB_C10 / "runs.csv")
+
+    def ours(method: str, form: str = "", seed: str = "0") -> dict[str, str]:
+        return next(r for r in runs if r["library"] == "fedlight" and r["method"] == method
+                    and r["form"] == form and r["seed"] == seed)
+
+    def theirs(method: str) -> dict[str, str]:
+        return next(r for r in runs if r["library"] == "PFLlib" and r["method"] == method)
+
+    def timed(row: dict[str, str]) -> float | None:
+        return None if "rounds only" in row["whole_process_wall_s"] else float(
+            row["whole_process_wall_s"])
+
+    def gap(method: str, form: str = "") -> float:
+        return (float(ours(method, form)["best_personalized_accuracy"])
+                - float(theirs(method)["best_personalized_accuracy"]))
+
+    rows = []
+    for (method, form), label in VS_C10_ROWS.items():
+        mine, other = ours(method, form), theirs(method)
+        wall = timed(mine)
+        rows.append([label, mine["best_personalized_accuracy"],
+                     other["best_personalized_accuracy"], signed(gap(method, form)),
+                     f"{wall:.1f}" if wall else "(not timed)",
+                     other["whole_process_wall_s"] if wall else "",
+                     f"{float(other['whole_process_wall_s']) / wall:.2f}x" if wall else ""])
+    fields: Fields = {"table": table(
+        ["method", "fedlight best (%)", "PFLlib best (%)", "difference (points)",
+         "fedlight wall (s)", "PFLlib wall (s)", "PFLlib / fedlight wall"], "lrrrrrr", rows)}
+    fields["threshold"] = f"{EXPLAINED_ABOVE}"
+    seeded = {("GPFL", "p_k not / U"): "GPFL (authors' code form)", ("FedProx", ""): "FedProx",
+              ("FedAvg", ""): "FedAvg"}
+
+    def seeds_of(method: str, form: str) -> list[float]:
+        return [float(ours(method, form, seed)["best_personalized_accuracy"])
+                for seed in ("0", "1", "2")]
+
+    seed_rows = []
+    for (method, form), label in seeded.items():
+        values = seeds_of(method, form)
+        pfl = float(theirs(method)["best_personalized_accuracy"])
+        seed_rows.append([label, *(f"{v:.2f}" for v in values),
+                          f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}",
+                          f"{pfl:.2f}", signed(pfl - statistics.fmean(values))])
+    fields["seed_table"] = table(["method", "seed 0", "seed 1", "seed 2", "mean ± std",
+                                  "PFLlib", "PFLlib - mean"], "lrrrrrr", seed_rows)
+
+    def mean_of(method: str, form: str = "") -> str:
+        values = seeds_of(method, form)
+        return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+    def below_mean(method: str, form: str = "") -> float:
+        return (float(theirs(method)["best_personalized_accuracy"])
+                - statistics.fmean(seeds_of(method, form)))
+
+    fields["processes"] = str(len([r for r in runs if r["source"] == "vs_pfllib.py"])
+                              + len([r for r in runs if r["source"] == "fedlight fit"]))
+    fields["cpu_hours"] = f"{2 * VS_C10_BUSY_MINUTES / 60:.1f}"
+    fields["gpfl_default"] = signed(gap("GPFL", "p_k / U"))
+    fields["gpfl_code"] = signed(gap("GPFL", "p_k not / U"))
+    fields["gpfl_code_mean"] = signed(below_mean("GPFL", "p_k not / U") * -1)
+    fields["gpfl_code_seeds"] = mean_of("GPFL", "p_k not / U")
+    fields["pfllib_gpfl"] = theirs("GPFL")["best_personalized_accuracy"]
+    spread = statistics.stdev(seeds_of("GPFL", "p_k not / U"))
+    fields["gpfl_code_inside"] = (
+        f"{within_std(below_mean('GPFL', 'p_k not / U'), spread)} of fedlight's own seeds")
+    forms = [float(ours("GPFL", form)["best_personalized_accuracy"])
+             for form in ("p_k / U", "p_k not / U")]
+    fields["gpfl_forms"] = f"{forms[0] - forms[1]:.2f}"
+    fields["fedproto_gaps"] = (f"{signed(gap('FedProto', 'head'))} / "
+                               f"{signed(gap('FedProto', 'prototype'))}")
+    fields["fedproto_best"] = ours("FedProto", "prototype")["best_personalized_accuracy"]
+    fields["fedavg_seed0"] = signed(gap("FedAvg"))
+    fields["fedavg_below"] = (f"{abs(below_mean('FedAvg')):.2f} "
+                              f"{compared(0, below_mean('FedAvg'), 'below', 'above')}")
+    fields["fedavg_mean"] = mean_of("FedAvg")
+    fields["fedprox_seed0"] = signed(gap("FedProx"))
+    fields["fedprox_below"] = (f"{abs(below_mean('FedProx')):.2f} "
+                               f"{compared(0, below_mean('FedProx'), 'below', 'above')}")
+    fields["fedprox_mean"] = mean_of("FedProx")
+    fields["fedavg_span"] = f"{max(seeds_of('FedAvg', '')) - min(seeds_of('FedAvg', '')):.1f}"
+    # 225 training samples at batch 10: PFLlib 22 full batches an epoch, fedlight 23
+    fields["more_updates"] = f"{100 * (23 / 22 - 1):.1f}"
+    small = [(m, gap(m)) for m in ("FedPer", "FedRep", "FedRoD", "Ditto")]
+    fields["within_threshold"] = ("Every other method is within" if all(
+        abs(g) <= EXPLAINED_ABOVE for _, g in small) else "Not every other method is within")
+    fields["small_gaps"] = ", ".join(f"{m} {signed(g)}" for m, g in small)
+    fields["extra_round"] = f"{100 / 41:.1f}"
+    ratios = {m: float(theirs(m)["whole_process_wall_s"]) / (timed(ours(m, f)) or 1)
+              for (m, f) in VS_C10_ROWS if timed(ours(m, f))}
+    faster = {m: r for m, r in ratios.items() if r > 1}
+    fields["faster_span"] = f"{min(faster.values()):.2f}-{max(faster.values()):.2f}"
+    fields["faster_count"] = f"{len(faster)} of the {len(ratios)}"
+    fields["faster_list"] = ", ".join(f"{m} {r:.2f}x" for m, r in sorted(
+        faster.items(), key=lambda item: -item[1]))
+    slower = {m: r for m, r in ratios.items() if r <= 1}
+    fields["slower"] = "; ".join(f"{m}'s pair is the exception ({r:.2f}x)"
+                                 for m, r in slower.items())
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
@@ -1504,6 +1623,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "cifar10_map_table": cifar10_map_table,
     "cifar100_gpfl_table1": cifar100_gpfl_table1,
     "quickstart": quickstart,
+    "cifar10_vs_pfllib": cifar10_vs_pfllib,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 
