@@ -345,7 +345,7 @@ def test_report_last_sets_the_summary_window_and_its_titles(tmp_path, capsys):
         statistics.mean(accuracies[-3:]))
     assert summary["mean_last_personalized_accuracy"] != pytest.approx(
         statistics.mean(accuracies))
-    assert "mean last-3 personalized_accuracy" in capsys.readouterr().out
+    assert "personalized_accuracy, mean of the last 3 evaluations" in capsys.readouterr().out
     saved = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert saved["report_last"] == 3
     table = results_table([read_run(tmp_path / "r")])

@@ -129,8 +129,8 @@ def final_table(summary: Mapping[str, Any]) -> Table | str:
     """The summary as a two-column rich table, rendered to text (``mean_last_<metric>`` shown
     as ``<metric>, mean of the last <n> evaluations``, n the evaluated rounds it averaged)."""
     table = Table(title="fedlight summary", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")
     window = summary.get("report_window", summary.get("report_last"))
     for key, value in summary.items():
         if key in ("report_last", "report_window"):
