@@ -19,6 +19,7 @@ from fedlight.federation.engines.batched import (
 )
 from fedlight.federation.engines.local import LocalEngine
 from tests.conftest import make_client, tiny_data, tiny_trainer
+from tests.test_batched_methods import assert_stacked, count_stacked_calls  # noqa: F401
 
 # Dirichlet sizes: clients take different numbers of steps and end on smaller last batches.
 DATA = dict(num_clients=5, partition="dirichlet", beta=0.5, synthetic_samples=300)
@@ -63,8 +64,9 @@ def assert_states_close(first, second, atol=1e-5):
 ], ids=["fedavg-momentum", "fedrep-adam", "fedbabu", "fedper", "local"])
 def test_batched_clients_train_as_the_loop_does(tmp_path, make, atol):
     loop, loop_rows = run(tmp_path, make(), 1, "loop")
-    batched, batched_rows = run(tmp_path, make(), 3, "batched")
+    batched, batched_rows = run(tmp_path, make(), 4, "batched")
     assert isinstance(loop.engine, LocalEngine) and isinstance(batched.engine, BatchedEngine)
+    assert_stacked(batched.engine)
     assert_rows_close(loop_rows, batched_rows)
     assert_states_close(loop.global_state, batched.global_state, atol)
     for client_id, state in loop.client_states.items():
@@ -78,6 +80,7 @@ def test_the_group_size_does_not_change_the_result(tmp_path):
     five, five_rows = run(tmp_path, make_client(FedAvg, momentum=0.5), 5, "five")
     assert_rows_close(two_rows, five_rows)
     assert_states_close(two.global_state, five.global_state)
+    assert_stacked(five.engine)
 
 
 def test_convolutions_are_batched_too(tmp_path):
@@ -92,6 +95,7 @@ def test_convolutions_are_batched_too(tmp_path):
         trainer.fit(cnn(), tiny_data(**options))
         results.append(trainer.global_state)
     assert_states_close(*results)
+    assert_stacked(trainer.engine)
 
 
 @pytest.mark.parametrize("make, options, reason", [
@@ -162,6 +166,7 @@ def test_a_batched_run_resumes_exactly_and_a_changed_setting_is_refused(tmp_path
     resumed.fit(make_client(FedAvg, momentum=0.5), tiny_data(**DATA), ckpt_path=checkpoint)
     for key, value in whole.global_state.items():
         assert torch.equal(value, resumed.global_state[key]), key
+    assert_stacked(resumed.engine)
     with pytest.raises(ValueError, match="batched_clients"):
         trainer(3, "part", batched=1).fit(make_client(FedAvg, momentum=0.5),
                                           tiny_data(**DATA), ckpt_path=checkpoint)

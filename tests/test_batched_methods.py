@@ -41,6 +41,7 @@ from fedlight.federation.engines import batched
 from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.engines.graphs import eager_capture
 from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.stacked_step import StackedOutputs, StackedStep
 from fedlight.federation.runtime import ClientRuntime
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
@@ -118,8 +119,36 @@ def fit(tmp_path, make, name, batched_clients, local_epochs=1, join_ratio=0.8, *
     return trainer, rows
 
 
+#: the group sizes of the stacked calls made since the test began: training steps and
+#: scoring batches (count_stacked_calls)
+STACKED: dict[str, list[int]] = {"train": [], "score": []}
+
+
+@pytest.fixture(autouse=True)
+def count_stacked_calls(monkeypatch):
+    """Record the group size of every stacked training step and scoring call (a run that
+    fell back to the loop makes none)."""
+    for key, cls in (("train", StackedStep), ("score", StackedOutputs)):
+        STACKED[key] = []
+
+        def counted(self, state, inputs, *rest, _call=cls.__call__, _key=key):
+            STACKED[_key].append(inputs.shape[0])
+            return _call(self, state, inputs, *rest)
+
+        monkeypatch.setattr(cls, "__call__", counted)
+
+
+def assert_stacked(engine):
+    """The batched engine trained (and, where it scores together, scored) groups of two or
+    more clients as stacked calls."""
+    assert max(STACKED["train"], default=0) >= 2
+    if engine.scoring is not None:
+        assert max(STACKED["score"], default=0) >= 2
+
+
 def assert_same_run(loop, batched, loop_rows, batched_rows, atol=2e-5, rel=1e-4):
     assert isinstance(loop.engine, LocalEngine) and isinstance(batched.engine, BatchedEngine)
+    assert_stacked(batched.engine)
     assert len(loop_rows) == len(batched_rows) == 2
     for a, b in zip(loop_rows, batched_rows, strict=True):
         assert a.keys() == b.keys()
@@ -148,7 +177,7 @@ def test_every_method_trains_batched_as_in_the_loop(tmp_path, request, case):
         request.getfixturevalue("float64")
     make, options = CASES[case]
     loop, loop_rows = fit(tmp_path, make, "loop", 1, **options)
-    batched_run, batched_rows = fit(tmp_path, make, "batched", 3, **options)
+    batched_run, batched_rows = fit(tmp_path, make, "batched", 4, **options)
     states = [*loop.global_state.values(),
               *(value for state in loop.client_states.values() for value in state.values())]
     assert any(value.dtype == torch.float64 for value in states) != (case in FLOAT32)
@@ -163,7 +192,8 @@ def test_every_method_trains_batched_as_in_the_loop(tmp_path, request, case):
 def test_the_logged_terms_of_a_method_are_each_clients_own_means(tmp_path):
     make, options = CASES["gpfl"]
     loop, loop_rows = fit(tmp_path, make, "loop", 1, **options)
-    batched_run, batched_rows = fit(tmp_path, make, "batched", 3, **options)
+    batched_run, batched_rows = fit(tmp_path, make, "batched", 4, **options)
+    assert_stacked(batched_run.engine)
     for name in ("train/loss_p", "train/loss_alg", "train/loss_mlg"):
         assert float(batched_rows[-1][name]) == pytest.approx(float(loop_rows[-1][name]),
                                                               rel=1e-5)
@@ -206,7 +236,7 @@ def test_steps_replayed_from_a_capture_train_as_the_loop(tmp_path, monkeypatch):
     for make in (lambda: make_client(FedAvg, momentum=0.9, weight_decay=1e-3),
                  lambda: make_client(GPFL, optimizer="adam", lr=0.01)):
         loop, loop_rows = fit(tmp_path, make, "loop", 1)
-        replayed, replayed_rows = fit(tmp_path, make, "replayed", 3)
+        replayed, replayed_rows = fit(tmp_path, make, "replayed", 4)
         assert_same_run(loop, replayed, loop_rows, replayed_rows, atol=1e-3)
         assert all(w.full.captured for w in replayed.engine.workspaces.values())
     assert captured  # full steps of every workspace were captured once, then replayed
@@ -225,7 +255,7 @@ def test_the_step_cap_and_the_augmentation_apply_batched_as_in_the_loop(tmp_path
                              for r in csv.DictReader(handle)]
 
     loop, loop_rows = run("loop", 1)
-    batched_run, batched_rows = run("batched", 3)
+    batched_run, batched_rows = run("batched", 4)
     assert_same_run(loop, batched_run, loop_rows, batched_rows)
 
 
@@ -258,6 +288,7 @@ def test_a_batched_run_says_how_many_clients_train_at_once(tmp_path, capsys):
     trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=3)
     trainer.fit(make_client(MAP), tiny_data())
     assert isinstance(trainer.engine, BatchedEngine)
+    assert_stacked(trainer.engine)
     assert ("fedlight: clients train batched, up to 3 at once (steps run eagerly), scored "
             "together" in capsys.readouterr().out)
 
@@ -343,6 +374,7 @@ def test_a_method_that_fine_tunes_before_scoring_is_scored_one_client_after_anot
     trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=3)
     trainer.fit(make_client(FedBABU), tiny_data())
     assert isinstance(trainer.engine, BatchedEngine) and trainer.engine.scoring is None
+    assert_stacked(trainer.engine)
     assert ("scored one after another: FedBABU fine-tunes each client before scoring it"
             in capsys.readouterr().out)
 

@@ -26,7 +26,13 @@ from fedlight.federation.engines.batched.planning import client_state, load_rows
 from fedlight.federation.engines.graphs import ReplayedStep, eager_capture
 from fedlight.federation.local_loop import LocalLoop
 from tests.conftest import make_client
-from tests.test_batched_methods import assert_same_run, fit, float64  # noqa: F401
+from tests.test_batched_methods import (  # noqa: F401 (fixtures)
+    assert_same_run,
+    assert_stacked,
+    count_stacked_calls,
+    fit,
+    float64,
+)
 
 IMAGE_16 = dict(input_shape=(1, 16, 16))
 
@@ -72,7 +78,8 @@ def padded_and_finished(counts, batch_size):
                          lambda_ent=0.1, keep_budget=0.5, lambda_budget=0.1, **IMAGE_16),
      {"synthetic_shape": (1, 16, 16)}),
     (lambda: make_client(Privatize, way="AaBb"), {}),
-], ids=["fedavg-momentum", "fedavg-adamw", "gpfl-adam", "map-kd", "map-mmd", "fedpick-cnn", "privatize"])
+], ids=["fedavg-momentum", "fedavg-adamw", "gpfl-adam", "map-kd", "map-mmd", "fedpick-cnn",
+        "privatize"])
 def test_every_step_of_a_group_is_captured_and_equals_the_loop(tmp_path, request,
                                                                stand_in_capture, make, options):
     made, counts = stand_in_capture
@@ -264,4 +271,5 @@ def test_the_runtime_starts_each_client_once_a_round(tmp_path, monkeypatch):
     monkeypatch.setattr(ClientRuntime, "start", counted)
     trainer, _ = fit(tmp_path, lambda: make_client(MAP), "batched", 4)
     assert isinstance(trainer.engine, BatchedEngine)
+    assert_stacked(trainer.engine)
     assert len(started) == len(set(started)) == 8  # 2 rounds x 4 participants
