@@ -229,7 +229,8 @@ class FederatedTrainer(TrainerOptions):
 
     def _fit_rounds(self, start_round: int) -> None:
         """Rounds ``start_round`` .. ``rounds - 1``; a first SIGINT / SIGTERM ends the loop after
-        the round in progress, with a checkpoint of it (RunInterrupted)."""
+        the round in progress, with a checkpoint of it (RunInterrupted); a callback's stop ends
+        it the same way, as a finished run with the stop recorded."""
         run = self.run
         run.protocol.keep_from = start_round
         signals = StopSignals(announce=run.dist.is_writer)
@@ -247,15 +248,8 @@ class FederatedTrainer(TrainerOptions):
                     run.writer.append(row, self.last_client_scores)
                 self.rounds_done = round_idx + 1
                 progress.update(self.rounds_done, self.history[-1] if self.history else {})
-                # rank 0 decides for all: a signal, or its callbacks asking to stop
-                signalled, asked, reason = run.dist.broadcast(
-                    (signals.requested, self.should_stop, self.stop_reason))
-                early = bool(asked) and self.rounds_done < self.rounds
-                stopped_early = {"round": self.rounds_done,
-                                 "reason": reason or "a callback asked to stop"}
-                if early:
-                    self.stopped_early = stopped_early
-                stop = bool(signalled) or early
+                signalled, early = self._stop_requested(signals.requested)
+                stop = signalled or early
                 names = checkpoint_names(self.rounds_done, self.rounds, self.checkpoint_every,
                                          stop, row is not None and best_on_validation(self.history))
                 if names:
@@ -266,11 +260,22 @@ class FederatedTrainer(TrainerOptions):
                     if LAST in names:
                         self.rounds_saved = self.rounds_done
                     run.protocol.keep_from = self.rounds_saved
-                if early:
-                    run.writer.report_early_stop(stopped_early)
+                if early and self.stopped_early is not None:
+                    run.writer.report_early_stop(self.stopped_early)
                     return
                 if stop and self.rounds_done < self.rounds:
                     raise RunInterrupted(self.rounds_done)
+
+    def _stop_requested(self, signalled: bool) -> tuple[bool, bool]:
+        """(a signal asked to stop, a callback stopped the run early) as rank 0 sees them, on
+        every rank (rank 0 decides for all); an early stop is recorded in ``stopped_early``."""
+        signalled, asked, reason = self.run.dist.broadcast(
+            (signalled, self.should_stop, self.stop_reason))
+        early = bool(asked) and self.rounds_done < self.rounds
+        if early:
+            self.stopped_early = {"round": self.rounds_done,
+                                  "reason": reason or "a callback asked to stop"}
+        return bool(signalled), early
 
     def _run_round(self, round_idx: int) -> dict[str, Any] | None:
         stats, row = self.run.protocol.run_round(round_idx)
