@@ -69,9 +69,11 @@ class NoiseSource(nn.Module):
         self.keyed = False
 
     def reseed(self, seed: int) -> None:
-        """Key the stream with ``seed`` and restart it."""
+        """Key the stream with ``seed`` and restart it (filled in place on the key's device:
+        no host-to-device copy, which on a GPU would wait for the work queued before it)."""
         with torch.no_grad():
-            self.key.copy_(torch.tensor([seed & _MASK31, (seed >> 31) & _MASK31]))
+            self.key[0].fill_(seed & _MASK31)
+            self.key[1].fill_((seed >> 31) & _MASK31)
             self.counter.zero_()
         self.keyed = True
 
