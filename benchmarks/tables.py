@@ -244,7 +244,8 @@ SWEEP_FILES = ("report.md", "runs.csv", "results.csv", "curves.csv", "curves.png
 
 def copy_sweep(sweep: Path, name: str) -> list[Path]:
     """Copy the tables and figures of the sweep folder ``sweep`` (``fedlight sweep``'s
-    ``--out``, after ``python -m fedlight.analysis.per_client`` where a table needs it) into
+    ``--out``, after ``python -m fedlight.analysis.per_client`` where a table needs it) and
+    each run's ``summary.json`` (as ``summaries/<run>.json``) into
     ``benchmarks/results/<name>/``; the copied paths."""
     target = RESULTS / name
     target.mkdir(exist_ok=True)
@@ -253,6 +254,12 @@ def copy_sweep(sweep: Path, name: str) -> list[Path]:
         for path in sorted(sweep.glob(pattern)):
             (target / path.name).write_bytes(path.read_bytes())
             copied.append(target / path.name)
+    # each run's summary.json (what runs.csv leaves out, such as dp_epsilon)
+    for path in sorted(sweep.glob("runs/*/summary.json")):
+        (target / "summaries").mkdir(exist_ok=True)
+        copy = target / "summaries" / f"{path.parent.name}.json"
+        copy.write_bytes(path.read_bytes())
+        copied.append(copy)
     return copied
 
 
@@ -1613,6 +1620,70 @@ def cifar10_vs_pfllib() -> Fields:
     return fields
 
 
+# ----------------------------------------------------------------------------- privacy
+def privacy() -> Fields:
+    import yaml
+
+    dlg = {r["cell"]: float(r["mean"])
+           for r in read_csv(RESULTS / "privacy_table" / "dlg_table.csv")}
+    cells = ["Per-fe", "Rep-fe", "Avg-fe", "Avg", "GPFL-fe", "GPFL-sfe", "GPFL-sm",
+             "guess: noise", "guess: black"]
+    fields: Fields = {"dlg_table": table(cells, "r" * len(cells),
+                                         [[f"{dlg[c]:.2f}" for c in cells]])}
+    folder = RESULTS / "privacy"  # the DP sweep, copied by --from-sweep
+    runs = read_csv(folder / "runs.csv")
+    sweep = yaml.safe_load((ROOT / "benchmarks" / "sweeps" / "privacy_dp.yaml").read_text())
+    epsilon = {}
+    for path in sorted((folder / "summaries").glob("*.json")):
+        summary = json.loads(path.read_text())
+        epsilon[path.stem] = summary.get("dp_epsilon")
+    rows = []
+    for label, spec in sweep["methods"].items():
+        run = next(r for r in runs if r["method"] == label)
+        server = (spec.get("overrides", {}).get("server", {}).get("init_args", {})
+                  if isinstance(spec, dict) else {})
+        eps = epsilon.get(run["run"])
+        base = label.split()[0]
+        privacy_cell = (f"{eps:.3g}" if eps is not None else
+                        "0 (nothing sent)" if base == "Local" else "∞ (no DP)")
+        rows.append([base, str(server.get("clip_norm", "-")),
+                     str(server.get("noise_multiplier", "-")), privacy_cell,
+                     *(pct(float(run[c])) if number(run[c]) is not None else "-"
+                       for c in ("best personalized", "last personalized", "last global"))])
+    fields["dp_table"] = table(["method", "S", "z", "epsilon (delta 1e-5)", "best pers. acc.",
+                                "last pers. acc.", "last global acc."], "llllrrr", rows)
+
+    def run_of(label: str) -> dict[str, str]:
+        return next(r for r in runs if r["method"] == label)
+
+    def accuracy(label: str, column: str = "best personalized") -> float:
+        return 100 * float(run_of(label)[column])
+
+    fields["black"] = f"{dlg['guess: black']:.1f}"
+    fields["avg_fe"] = f"{dlg['Avg-fe']:.1f}"
+    fields["gpfl_fe"] = f"{dlg['GPFL-fe']:.1f}"
+    fields["avg"] = f"{dlg['Avg']:.1f}"
+    fields["per_rep"] = f"{dlg['Per-fe']:.1f}) and FedRep-fe ({dlg['Rep-fe']:.1f}"
+    attacked = [c for c in cells if not c.startswith("guess")]
+    lowest = sorted(attacked, key=dlg.get)[:2]
+    fields["hardest"] = (f"GPFL's pseudo feature extractor and pseudo model "
+                         f"({dlg['GPFL-sfe']:.1f} / {dlg['GPFL-sm']:.1f} dB) are "
+                         + ("the hardest to invert" if set(lowest) == {"GPFL-sfe", "GPFL-sm"}
+                            else "not the hardest to invert"))
+    one = [r for r in rows if r[2] == "1.0"]
+    fields["epsilon_z1"] = one[0][3] if one else "-"
+    fedavg_cost = accuracy("FedAvg", "last global") - accuracy("FedAvg DP z=1.0", "last global")
+    fields["fedavg_cost"] = f"{fedavg_cost:.0f}"
+    gpfl_drop = accuracy("GPFL") - accuracy("GPFL DP z=1.0")
+    fields["gpfl_drop"] = "does not drop" if gpfl_drop <= 0 else f"drops {gpfl_drop:.1f} points"
+    local = accuracy("Local")
+    below = all(accuracy(label) < local for label in sweep["methods"] if label != "Local")
+    fields["local"] = (f"every federated method is still below Local ({local:.1f})" if below
+                       else f"not every federated method is below Local ({local:.1f})")
+    fields["dp_rounds"] = str(sweep["overrides"]["trainer.rounds"])
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
@@ -1624,6 +1695,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "cifar100_gpfl_table1": cifar100_gpfl_table1,
     "quickstart": quickstart,
     "cifar10_vs_pfllib": cifar10_vs_pfllib,
+    "privacy": privacy,
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 
