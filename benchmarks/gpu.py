@@ -268,13 +268,16 @@ class Report:
         self.deadline = self.elapsed() + left * share / max(shares_left, share)
 
     def write_csv(self, name: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Rewrite ``name`` with ``rows`` (whole or not at all: a cut leaves the last one)."""
         if not rows:
             return
         columns = list(dict.fromkeys(key for row in rows for key in row))
-        with (self.out / name).open("w", newline="") as handle:
+        temporary = self.out / f".{name}.tmp"
+        with temporary.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
+        os.replace(temporary, self.out / name)
 
     def section(self, name: str, lines: list[str]) -> None:
         self.sections[name] = lines
@@ -289,7 +292,9 @@ class Report:
             text += [f"## Sections (budget {self.budget:g} s, deadlines in seconds from the "
                      "start)", "", *markdown(self.ends, ("section", "deadline s", "took s",
                                                          "ended")), ""]
-        (self.out / "gpu.md").write_text("\n".join(text))
+        temporary = self.out / ".gpu.md.tmp"
+        temporary.write_text("\n".join(text))
+        os.replace(temporary, self.out / "gpu.md")
 
 
 def markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
@@ -311,6 +316,7 @@ class Section:
     run: Callable[[], None]
     render: Callable[[], list[str]]
     rows: Callable[[], Sequence[dict[str, Any]]] = lambda: ()
+    save: Callable[[], None] = lambda: None  # its raw file, rewritten once it ended
 
 
 def run_section(report: Report, section: Section, shares_left: float) -> None:
@@ -330,6 +336,7 @@ def run_section(report: Report, section: Section, shares_left: float) -> None:
         traceback.print_exc()
         ended = f"failed: {type(error).__name__}: {error}"
     try:
+        section.save()
         lines = section.render()
     except Exception as error:
         traceback.print_exc()
@@ -691,18 +698,22 @@ def sections(report: Report, settings_: Settings, args: argparse.Namespace) -> l
 
     every = [
         Section("floor", lambda: floor_section(report, settings_, floors, floor_rows),
-                lambda: floor_tables(settings_, floor_rows), lambda: floor_rows),
+                lambda: floor_tables(settings_, floor_rows), lambda: floor_rows,
+                lambda: report.write_csv("floor.csv", floor_rows)),
         Section("cnn", lambda: rounds_run([settings_.cnn]),
                 lambda: rounds_tables([settings_.cnn], settings_, round_rows, cnn_title),
-                lambda: [r for r in round_rows if r["workload"] == settings_.cnn.name]),
+                lambda: [r for r in round_rows if r["workload"] == settings_.cnn.name],
+                lambda: report.write_csv("rounds.csv", round_rows)),
         Section("pfllib", lambda: pfllib_section(report, args.pfllib, args.data, settings_,
                                                  pfllib_rounds, stubs),
                 lambda: pfllib_tables(report, settings_, pfllib_rounds, stubs)),
         Section("large", lambda: rounds_run(settings_.large),
                 lambda: rounds_tables(settings_.large, settings_, round_rows, large_title),
-                lambda: [r for r in round_rows if r["workload"] != settings_.cnn.name]),
+                lambda: [r for r in round_rows if r["workload"] != settings_.cnn.name],
+                lambda: report.write_csv("rounds.csv", round_rows)),
         Section("memory", lambda: memory_section(report, args.data, settings_, memory_rows),
-                lambda: memory_tables(settings_, memory_rows), lambda: memory_rows),
+                lambda: memory_tables(settings_, memory_rows), lambda: memory_rows,
+                lambda: report.write_csv("memory.csv", memory_rows)),
     ]
     return [s for s in every if s.name in args.sections
             and (s.name != "pfllib" or args.pfllib is not None)]
