@@ -512,8 +512,12 @@ def speedups(rows: Sequence[dict[str, Any]]) -> list[str]:
         if measured is not None:
             probes = ", ".join(f"{way} {measured[column]:.3g}"
                                for way, column in PROBE_COLUMNS.items() if column in measured)
+            timed = {mode: value for mode, value in seconds.items()
+                     if mode != "measured" and value == value}
+            best = (f"; the fastest round of the ways run: {min(timed, key=timed.__getitem__)}"
+                    if timed else "")
             lines.append(f"- {workload}, {method}: measured chose {measured['choice']} "
-                         f"(s per client step: {probes})")
+                         f"(s per client step: {probes}){best}")
     return lines
 
 

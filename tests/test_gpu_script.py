@@ -177,3 +177,14 @@ def test_a_subprocess_is_killed_at_its_deadline_with_the_processes_it_started(gp
 def test_missing_data_is_a_one_line_error(gpu, tmp_path):
     with pytest.raises(SystemExit, match="no packed data at .*pack_data.py cifar10"):
         gpu.main(["--smoke", "--out", str(tmp_path), "--data", str(tmp_path / "none.pt")])
+
+
+def test_the_measured_choice_is_set_beside_the_fastest_round_of_the_ways_run(gpu):
+    rows = [{"workload": "w", "method": "GPFL", "mode": "loop", "s / round": 2.0},
+            {"workload": "w", "method": "GPFL", "mode": "batched", "s / round": 0.5},
+            {"workload": "w", "method": "GPFL", "mode": "measured", "s / round": 0.6,
+             "choice": "batched", "probe loop s/step": 0.002, "probe batched s/step": 0.001}]
+    assert gpu.speedups(rows) == [
+        "- w, GPFL: loop / batched 4.00x",
+        "- w, GPFL: measured chose batched (s per client step: loop 0.002, batched 0.001); "
+        "the fastest round of the ways run: batched"]
