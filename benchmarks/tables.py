@@ -148,7 +148,7 @@ def render(name: str) -> str:
     for expression in set(FIELD.findall(template)) - fields.keys():
         if not LOOKUP.match(expression):
             raise KeyError(f"{name}: the template's field {{{{{expression}}}}} has no value")
-        fields[expression] = lookup(RESULTS / name / "runs.csv", expression)
+        fields[expression] = lookup(lookup_rows(name), expression)
     return FIELD.sub(lambda m: fields[m.group(1)], template)
 
 
@@ -162,17 +162,25 @@ def render(name: str) -> str:
 #   rank:COLUMN:A,B,...   "A x > B y > ..." in the data's order (">" for ties too: "=")
 #   paper:PAPER:METHOD:SETTING   paper_values.csv's number, as the paper prints it
 LOOKUP = re.compile(r"^(m|pm|std|n|d|sd|cmp|min|max|rank|paper):(.+?)(?:\|(\d))?$")
-UNSCALED = ("wall s / run", "CPU s / run", "CV", "rounds", "seed")
+UNSCALED = ("wall s / run", "CPU s / run", "CV", "rounds", "seed", "s / round")
 
 
-def lookup(runs_file: Path, expression: str) -> str:
+def lookup_rows(name: str) -> list[dict[str, str]]:
+    """The per-run rows LOOKUP fields of ``name`` read: its folder's runs.csv, or for the
+    baselines pages their .jsonl file (one line per method and seed)."""
+    if name in BASELINE_PAGES:
+        return baseline_runs(BASELINE_PAGES[name])
+    return read_csv(RESULTS / name / "runs.csv")
+
+
+def lookup(runs: list[dict[str, str]], expression: str) -> str:
     """The value of one LOOKUP field."""
     kind, arguments, digits = LOOKUP.match(expression).groups()
     places = int(digits) if digits else 2
     parts = arguments.split(":")
     if kind == "paper":
         return paper_digits(*parts)
-    runs = read_csv(runs_file)
+    runs_file = expression
 
     def values(method: str, column: str) -> list[float]:
         name, _, setting = method.partition("@")
@@ -1684,6 +1692,79 @@ def privacy() -> Fields:
     return fields
 
 
+# ----------------------------------------------------------------------------- baselines
+BASELINE_PAGES = {"baselines_dirichlet": "dirichlet", "baselines_incomplete": "incomplete"}
+BASELINE_COLUMNS = ("best pers.", "last pers.", "best global", "last global", "std @ best",
+                    "std last", "s / round")
+
+
+def baseline_runs(setting: str) -> list[dict[str, str]]:
+    """baselines_<setting>.jsonl as rows: method, seed, error and every column as text."""
+    rows = []
+    for line in (RESULTS / f"baselines_{setting}.jsonl").read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            values = record["row"]
+            rows.append({"method": record["method"], "seed": str(record["seed"]),
+                         "setting": setting, "error": values.get("error", ""),
+                         **{c: "" if values.get(c) is None else str(values[c])
+                            for c in BASELINE_COLUMNS}})
+    return rows
+
+
+def baselines(setting: str) -> Fields:
+    runs = baseline_runs(setting)
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    rows, failures = [], []
+    for method in methods:
+        members = [r for r in runs if r["method"] == method]
+        failed = [r for r in members if r["error"]]
+        label = method + (f" (diverged in {len(failed)} of {len(members)} seeds)" if failed
+                          else "")
+        cells = []
+        for column in BASELINE_COLUMNS:
+            found = [float(r[column]) for r in members if not r["error"] and r[column]]
+            if not found:
+                cells.append("-")
+            elif column == "s / round":
+                cells.append(f"{statistics.fmean(found):.1f}")
+            else:
+                cells.append(mean_std(found))
+        rows.append([label, *cells])
+        if failed:
+            failures.append(f"{method}: {len(failed)} of {len(members)} runs stopped on a "
+                            "non-finite loss; the row is over the others (\"-\" if none). First "
+                            f"message: {failed[0]['error']}")
+    fields: Fields = {"table": table(["Method", *BASELINE_COLUMNS], "l" + "r" * 7, rows),
+                      "failures": "\n\n".join(failures), "runs": str(len(runs))}
+
+    def mean(method: str, column: str) -> float:
+        return 100 * statistics.fmean(float(r[column]) for r in runs
+                                      if r["method"] == method and not r["error"] and r[column])
+
+    def seeds(method: str, column: str) -> list[float]:
+        return [100 * float(r[column]) for r in runs if r["method"] == method]
+
+    best = "best pers."
+    personal = ["DittoRS", "Local", "FedBABU", "FLDA", "APFL", "PFedMe", "PerFedAvg"]
+    single = ["FedDyn", "SCAFFOLD", "FedAwS", "FedNova", "FedMMD", "FedAvg", "MOON", "FedProx"]
+    if all(m in methods for m in personal + single):
+        beats = min(mean(m, best) for m in personal) > max(mean(m, best) for m in single)
+        fields["personal_vs_global"] = "beat" if beats else "do not all beat"
+        pfl = [m for m in personal if m != "Local"]
+        fields["pfl_over_local"] = f"{max(mean(m, best) for m in pfl) - mean('Local', best):.1f}"
+        fedopt = ["FedAvgM", "FedAdam", "FedYogi", "FedAdagrad"]
+        lifts = [mean(m, "last global") - mean("FedAvg", "last global") for m in fedopt]
+        fields["fedopt_lift"] = f"{min(lifts):.0f}-{max(lifts):.0f}"
+        same = all(seeds(m, "last global") == seeds("FedAvg", "last global")
+                   for m in ("APFL", "FLDA"))
+        fields["apfl_flda_global"] = "equals" if same else "differs from"
+        fields["feddf_seeds"] = " / ".join(f"{v:.1f}" for v in seeds("FedDF", best))
+        at_last = seeds("FedDF", best) == seeds("FedDF", "last pers.")
+        fields["feddf_best_last"] = "=" if at_last else "!="
+    return fields
+
+
 GENERATORS: dict[str, Callable[[], Fields]] = {
     "map_distillation": map_distillation,
     "office_caltech10_fedpick_table2": office_caltech10_fedpick_table2,
@@ -1696,6 +1777,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "quickstart": quickstart,
     "cifar10_vs_pfllib": cifar10_vs_pfllib,
     "privacy": privacy,
+    "baselines_dirichlet": lambda: baselines("dirichlet"),
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 
