@@ -105,7 +105,8 @@ def plan_cell(cell: Cell, out: Path, group: str) -> Planned:
     name = f"{stem}-s{cell.seed}-{cache_key(config)}" if stem else (
         f"s{cell.seed}-{cache_key(config)}")
     # W&B groups a sweep's runs under its name and labels each (config keys and tags)
-    labels = {"sweep": group, "method": cell.method, "setting": cell.row, "seed": cell.seed}
+    labels = {"sweep": group, "method": cell.method, "setting": cell.row or "base",
+              "seed": cell.seed}
     config["trainer"].update(default_root_dir=str(runs), run_name=name, wandb_group=group,
                              wandb_labels=labels, **CELL_TRAINER_OPTIONS)
     return Planned(cell, config, name, runs)
