@@ -212,8 +212,9 @@ class ChosenEngine:
         self.choice, self.guarded = choice, True
         self.engines = {way: engine for way, engine in self.engines.items()
                         if way == choice.way}
-        self.say(f"fedlight: the {choice.way} trains the run, as its first round chose "
-                 f"({CHOICE_FILE})")
+        if choice.seconds_per_step or choice.fallback:  # chosen, not asked for
+            self.say(f"fedlight: the {choice.way} trains the run, as its first round chose "
+                     f"({CHOICE_FILE})")
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterable[Outcome]:
         """Train the tasks with the chosen engine; at the first round with tasks, choose
