@@ -1748,7 +1748,7 @@ def baselines(setting: str) -> Fields:
     best = "best pers."
     personal = ["DittoRS", "Local", "FedBABU", "FLDA", "APFL", "PFedMe", "PerFedAvg"]
     single = ["FedDyn", "SCAFFOLD", "FedAwS", "FedNova", "FedMMD", "FedAvg", "MOON", "FedProx"]
-    if all(m in methods for m in personal + single):
+    if setting == "dirichlet":
         beats = min(mean(m, best) for m in personal) > max(mean(m, best) for m in single)
         fields["personal_vs_global"] = "beat" if beats else "do not all beat"
         pfl = [m for m in personal if m != "Local"]
@@ -1762,6 +1762,52 @@ def baselines(setting: str) -> Fields:
         fields["feddf_seeds"] = " / ".join(f"{v:.1f}" for v in seeds("FedDF", best))
         at_last = seeds("FedDF", best) == seeds("FedDF", "last pers.")
         fields["feddf_best_last"] = "=" if at_last else "!="
+    if setting == "incomplete":
+        fields.update(incomplete_fields(runs, mean))
+    return fields
+
+
+def incomplete_fields(runs: list[dict[str, str]], mean: Callable[[str, str], float]) -> Fields:
+    """The reading of baselines_incomplete.md: divergences, and its Dirichlet comparisons."""
+    fields: Fields = {}
+    last = "last pers."
+    blend = ["APFL", "FLDA", "PerFedAvg", "FedDyn", "FedAwS", "FedMMD", "FedNova", "MOON",
+             "FedProx"]
+    gaps = [abs(mean(m, last) - mean("FedAvg", last)) for m in blend]
+    fields["within_point"] = ("each within a point of it" if max(gaps) < 1 else
+                              f"up to {max(gaps):.1f} points from it")
+    finished = {r["method"] for r in runs if not r["error"]}
+    fairest = min(finished, key=lambda m: mean(m, "std last"))
+    fields["apfl_fairest"] = "the fairest" if fairest == "APFL" else f"{fairest} is fairer"
+
+    def rounds(methods: Sequence[str]) -> list[int]:
+        return [int(re.search(r"in round (\d+)", r["error"]).group(1)) for r in runs
+                if r["method"] in methods and r["error"]]
+
+    full = rounds(["SCAFFOLD", "ScaRS"])
+    every = all(r["error"] for r in runs if r["method"] in ("SCAFFOLD", "ScaRS"))
+    fields["diverged_rounds"] = f"{min(full)}-{max(full)}" + ("" if every else " (not all)")
+    no_momentum = rounds(["SCAFFOLD-m0", "ScaRS-m0"])
+    fields["m0_rounds"] = f"{min(no_momentum)}-{max(no_momentum)}"
+    fields["m0_counts"] = "; ".join(
+        f"{sum(bool(r['error']) for r in runs if r['method'] == m)} of "
+        f"{sum(r['method'] == m for r in runs)} {m.removesuffix('-m0')} seeds diverge"
+        for m in ("SCAFFOLD-m0", "ScaRS-m0"))
+    dirichlet = baseline_runs("dirichlet")
+
+    def dirichlet_mean(method: str, column: str = last) -> str:
+        found = [float(r[column]) for r in dirichlet if r["method"] == method]
+        return f"{100 * statistics.fmean(found):.1f}"
+
+    fields["local_dirichlet"] = dirichlet_mean("Local")
+    fields["scaffold_dirichlet"] = dirichlet_mean("SCAFFOLD")
+    fields["pfedme_dirichlet"] = dirichlet_mean("PFedMe")
+    fields["feddf_dirichlet"] = dirichlet_mean("FedDF")
+    fields["ditto_vs_global"] = compared(mean("DittoRS", last), mean("DittoRS", "last global"),
+                                         "above", "lag")
+    best_global, last_global = mean("PFedMe", "best global"), mean("PFedMe", "last global")
+    fields["pfedme_fall"] = (f"falling from {best_global:.1f} at its best round"
+                             if best_global > last_global else "not falling")
     return fields
 
 
@@ -1778,6 +1824,7 @@ GENERATORS: dict[str, Callable[[], Fields]] = {
     "cifar10_vs_pfllib": cifar10_vs_pfllib,
     "privacy": privacy,
     "baselines_dirichlet": lambda: baselines("dirichlet"),
+    "baselines_incomplete": lambda: baselines("incomplete"),
     "vs_pfllib_three_seeds": vs_pfllib_three_seeds,
 }
 

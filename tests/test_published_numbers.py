@@ -366,9 +366,6 @@ NOT_YET_TRACED: dict[str, dict[str, str]] = {
         "3.16 3.728 3.846 1.032 3.461 3.452 0.997 2.956 2.185 6.887 14.576 11.26 11.04 "
         "13.07 11.81 1.734"),  # 1.734 passed before only as a coincident value of a jsonl file
     },
-    "benchmarks/results/baselines_incomplete.md": {"written before this check": (
-        "6.4 56.4 105.5 92.0 63.6"),
-    },
     "benchmarks/results/cpu_speed.md": {"written before this check": (
         "115.1 190.6 83.5 14.2 17.4 20.5 1.007 1.054 16.2 31.7 11.3 1.08 2.6 43.19 38.2 "
         "10.17 10.99 1.18 1.34 29.3 1.969 1.013 13.6"),
@@ -408,7 +405,6 @@ TABLES_ARE_RECORDS: dict[str, str] = {
 
 # Gap and ratio statements not yet written as claims, per file (may only fall).
 UNCHECKED_DERIVED: dict[str, int] = {
-    "benchmarks/results/baselines_incomplete.md": 4,
     "benchmarks/results/cpu_speed.md": 9,
     "benchmarks/results/fedpick.md": 6,
     "benchmarks/results/gpfl.md": 6,
