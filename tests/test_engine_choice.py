@@ -212,3 +212,12 @@ def test_which_ways_the_simulator_chooses_from(device, requested, graphs, ways):
     measured = len(ways) > 1
     assert (engine.choice is None) == measured
     assert ("the fastest trains the run" in note) == measured
+
+
+def test_a_run_that_fell_back_to_the_loop_resumes_with_the_loop(tmp_path, monkeypatch):
+    failing_first_round(monkeypatch, RuntimeError("capture failed"))
+    fit(tmp_path, "part", DATA["num_clients"], rounds=1)
+    resumed = fit(tmp_path, "part", DATA["num_clients"], rounds=2, ckpt_path="last")
+    assert type(resumed[0].engine) is LocalEngine
+    assert resumed[0].run.engine_choice["fallback"] == "batched: RuntimeError: capture failed"
+    assert_same_run(resumed, fit(tmp_path, "loop", 1, rounds=2))
