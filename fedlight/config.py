@@ -11,16 +11,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jsonargparse import ActionConfigFile, Namespace
+from jsonargparse.typing import register_type
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
 import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
 from fedlight.clients.base import FederatedClient
+from fedlight.core.paths import ConfigPath
 from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.errors import FedlightParser, wrapped_user_error
 from fedlight.federation.trainer import FederatedTrainer
+
+# A ConfigPath option in a config file is relative to that file's folder: jsonargparse reads a
+# config file with the working folder set to the file's folder, and a ConfigPath is resolved
+# as it is read (kept as the absolute path, so config.yaml reads the same from anywhere).
+register_type(ConfigPath, serializer=str, deserializer=ConfigPath.resolve)
 
 
 def add_run_arguments(parser: LightningArgumentParser) -> None:

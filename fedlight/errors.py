@@ -25,6 +25,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from fedlight.compat import FedlightHelpFormatter, ParserError, read_parser_error
 from fedlight.core.errors import FedlightError
+from fedlight.core.paths import resolution_note
 
 DEBUG_VARIABLE = "FEDLIGHT_DEBUG"
 
@@ -184,7 +185,14 @@ def fault_hint(error: BaseException) -> str | None:
 def user_message(error: BaseException) -> str:
     """The one-line message of a user error: jsonargparse's wrapping read into the option
     path and the reason (:func:`fedlight.compat.read_parser_error`), with the valid values
-    and a "did you mean" where they are known."""
+    and a "did you mean" where they are known, and, where it names a path a config resolved
+    (:class:`fedlight.core.paths.ConfigPath`), that path as it was configured."""
+    message = parsed_message(error)
+    return message + resolution_note(message)
+
+
+def parsed_message(error: BaseException) -> str:
+    """:func:`user_message` without the note on resolved paths."""
     parsed = read_parser_error(str(error))
     key = ".".join(k for k in parsed.keys if k != "init_args")
     files = getattr(error, "config_files", ())

@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.paths import ConfigPath
 from fedlight.data.augment import Augment, BatchAugmentation, as_augment
 from fedlight.data.domain_transforms import check_names, with_domain_transforms
 from fedlight.data.partition import PARTITIONS, partition_labels, split_client
@@ -254,7 +255,7 @@ class FederatedDataModule(L.LightningDataModule):
         source: str = "mnist5k",
         num_clients: int = 20,
         partition: str = "dirichlet",
-        partition_file: str | None = None,
+        partition_file: ConfigPath | str | None = None,
         beta: float = 0.1,
         classes_per_client: int = 2,
         balanced: bool = True,
@@ -269,7 +270,7 @@ class FederatedDataModule(L.LightningDataModule):
         surplus_train: Literal["drop", "test"] = "drop",
         merge_test: bool = False,
         local_test: str = "split",
-        root: str | None = None,
+        root: ConfigPath | str | None = None,
         download: bool = False,
         seed: int = 0,
         batch_size: int = 10,

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedlight.core.files import atomic_write
-
 #: The column a best round is chosen on when data.val_fraction > 0.
 VALIDATION_KEY = "val_personalized_accuracy"
 
@@ -69,27 +67,25 @@ def _finite(value: Any) -> bool:
 
 
 def plot_curves(history: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
-    """Accuracy curves of one run (every ``*_accuracy`` column against the round)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Accuracy curves of one run (every ``*_accuracy`` column against the round), in the
+    style of every fedlight figure (:mod:`fedlight.plotting`)."""
+    from fedlight.plotting import integer_axis, legend_outside, save_figure
 
     keys = [k for k in (history[0] if history else {}) if k.endswith("_accuracy")]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key in keys:
-        points = [(r["round"], r[key]) for r in history if _finite(r.get(key))]
-        if points:
-            ax.plot(*zip(*points, strict=True), label=key)
-    ax.set_xlabel("round")
-    ax.set_ylabel("accuracy")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if keys:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    atomic_write(path, lambda stream: fig.savefig(stream, dpi=100, format="png"))
-    plt.close(fig)
+
+    def draw(axes: Any) -> None:
+        ax = axes[0][0]
+        for key in keys:
+            points = [(r["round"], r[key]) for r in history if _finite(r.get(key))]
+            if points:
+                ax.plot(*zip(*points, strict=True), label=key.replace("_", " "))
+        integer_axis(ax.xaxis)
+        ax.set_xlabel("round")
+        ax.set_ylabel("accuracy")
+        ax.set_title(title)
+        legend_outside(ax)
+
+    save_figure(path, draw, (7.0, 3.6))
 
 
 def best_on_validation(history: Sequence[Mapping[str, Any]]) -> bool:
