@@ -348,3 +348,19 @@ def test_fp16_loss_scale_under_flower_matches_fit(tmp_path):
     assert load_run(str(CONFIGS / FEDAVG), tuple(overrides)).trainer.grad_scale.value == (
         trainer.grad_scale.value)
     _same_run(outcome, trainer)
+
+
+def test_dp_fedavg_under_flower_matches_fit_with_epsilon_in_the_summary(tmp_path):
+    config = "dp/fedavg_mnist5k_dirichlet.yaml"
+    overrides = _tiny(tmp_path, *FOUR, "--trainer.rounds", "1")
+    trainer = _fit(config, overrides)
+    out = []
+    run_inline(build_server_app(str(CONFIGS / config), overrides, on_finish=out.append),
+               build_client_app(str(CONFIGS / config), overrides, str(tmp_path / "state")), 4)
+    (outcome,) = out
+    assert type(outcome.rule).__name__ == "DPFedAvg"
+    _same_run(outcome, trainer)  # the same clipping and the same seeded noise
+    summary = json.loads((Path(outcome.summary["run_dir"]) / "summary.json").read_text())
+    assert summary["engine"] == "flower" and summary["dp_epsilon"] > 0
+    assert summary["dp_epsilon"] == pytest.approx(trainer.server.summary(1)["dp_epsilon"])
+    assert all(math.isfinite(row["dp_epsilon"]) for row in outcome.history)

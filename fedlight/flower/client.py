@@ -33,6 +33,13 @@ from fedlight.federation.processes.collectives import OwnedClients
 from fedlight.federation.runtime import build_client_runtime, place_client, prepare_client
 from fedlight.federation.state.node_files import NodeStateFiles
 from fedlight.flower.codec import decode_task, encode_result, get_state, pack_scores
+from fedlight.flower.secure import (
+    dp_clip_norm,
+    is_secure,
+    secure_aggregation_mod,
+    secure_reply,
+    secure_task,
+)
 from fedlight.flower.settings import app_settings, load_from
 
 DEFAULT_STATE_DIR = "~/.fedlight/flower"
@@ -127,21 +134,20 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
     config, overrides and state_dir, when given, fix those settings; otherwise they are read
     from Flower's run config (config, overrides, state-dir).
     """
-    app = ClientApp()
+    app = ClientApp(mods=[secure_aggregation_mod])  # SecAgg+ for secure rounds only
     served: list[ServedRun] = []  # the run of the last message (replaced by another run's)
 
-    def node_for(context: Context, task: ConfigRecord) -> ClientNode:
+    def node_for(context: Context, client: int, run_key: str) -> ClientNode:
         settings = app_settings(context.run_config, config=config, overrides=overrides,
                                 state_dir=state_dir)
-        run_key = str(task["run"])
         key = (str(settings.get("config")), str(settings.get("overrides")), run_key)
         if not served or served[0].key != key:
             run = load_from(settings)
             served[:] = [ServedRun(key, run, prepare_module(run))]
         client_id = client_id_of(context)
-        if int(task["client-id"]) != client_id:
-            raise ConfigError(f"a message for client {task['client-id']} reached the SuperNode "
-                              f"of client {client_id}")
+        if client != client_id:
+            raise ConfigError(f"a message for client {client} reached the SuperNode of client "
+                              f"{client_id}")
         current = served[0]
         if client_id not in current.nodes:
             root = (context.node_config.get("state-dir") or settings.get("state-dir")
@@ -160,15 +166,21 @@ def build_client_app(config: str | None = None, overrides: str | list[str] | Non
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
-        task, _ = decode_task(message.content)
-        result = node_for(context, message.content["task"]).train(task)
+        secure = is_secure(message.content)
+        task, run_key = (secure_task if secure else decode_task)(message.content)
+        node = node_for(context, task.client_id, run_key)
+        result = node.train(task)
+        if secure:  # the update goes to secaggplus_mod, which masks it
+            run = served[0].run
+            return Message(secure_reply(task, result, run.trainer.weighting,
+                                        dp_clip_norm(run.server)), reply_to=message)
         return Message(encode_result(result, task.round_idx), reply_to=message)
 
     @app.evaluate()
     def evaluate(message: Message, context: Context) -> Message:
         task = message.content["task"]
-        scores = node_for(context, task).evaluate(int(task["round"]),
-                                                  get_state(message.content, "arrays"))
+        node = node_for(context, int(task["client-id"]), str(task["run"]))
+        scores = node.evaluate(int(task["round"]), get_state(message.content, "arrays"))
         reply = RecordDict({"scores": ConfigRecord({"scores": pack_scores(scores)})})
         return Message(reply, reply_to=message)
 

@@ -12,6 +12,10 @@ comes back as a ClientFailure: the client counts as dropped for that round. A re
 cannot be read, or that answers another round than the one asked (a replayed reply), comes
 back as a RefusedUpdate: the round protocol checks every other reply (keys, shapes, finite
 values) and refuses it, the client counts as dropped, and the line naming it is printed.
+
+With secure aggregation (fedlight.flower.secure), a round's training runs Flower's SecAgg+
+workflow instead: the engine gets only the weighted mean of the updates, and every
+participant's result carries that aggregate (the checks then guard the aggregate).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from fedlight.flower.codec import (
     reply_round,
     unpack_scores,
 )
+from fedlight.flower.secure import SecureAggregation, secure_round
 
 NAME = "flower"
 
@@ -54,6 +59,8 @@ class FlowerEngine:
         discovery_timeout: seconds to wait until every client has a SuperNode.
         round_timeout: seconds to wait for a round's replies (None: until every node answered
             or was reported unavailable by the SuperLink).
+        secure: SecAgg+'s settings (None: the updates travel as they are).
+        max_weight: the largest aggregation weight a client can have (SecAgg+'s max_weight).
     """
 
     name = NAME
@@ -62,8 +69,10 @@ class FlowerEngine:
                    "(--run-config \"overrides='... --ckpt_path last'\")")
 
     def __init__(self, grid: Grid, num_clients: int, discovery_timeout: float = 600.0,
-                 round_timeout: float | None = None) -> None:
+                 round_timeout: float | None = None, secure: SecureAggregation | None = None,
+                 max_weight: float = 1.0) -> None:
         self.grid, self.num_clients = grid, num_clients
+        self.secure, self.max_weight = secure, max_weight
         self.discovery_timeout, self.round_timeout = discovery_timeout, round_timeout
         self.nodes: dict[int, int] = {}  # fedlight client id -> Flower node id
         self.asked: set[int] = set()  # node ids already asked which client they play
@@ -149,6 +158,12 @@ class FlowerEngine:
         return outcome
 
     def train(self, tasks: Sequence[TrainTask]) -> Iterator[ClientResult | ClientFailure]:
+        if self.secure is not None:
+            self.ask_new_nodes(self.round_timeout)
+            outcome = secure_round(self.grid, self.secure, self.nodes, tasks, self.run_key,
+                                   self.max_weight, self.round_timeout)
+            yield from (outcome[task.client_id] for task in tasks)
+            return
         replies = self.exchange({t.client_id: encode_task(t, self.run_key) for t in tasks},
                                 MessageType.TRAIN)
         for task in tasks:

@@ -14,6 +14,7 @@ run_inline(server_app, client_app, n) is its entry point. Flower's simulation en
 
 from __future__ import annotations
 
+import copy
 import secrets
 import uuid
 from collections.abc import Iterable
@@ -79,8 +80,8 @@ class InlineGrid(Grid):
             message_id = str(uuid.uuid4())
             stamp_message_id(message, message_id)
             context = self.contexts[message.metadata.dst_node_id]
-            try:
-                reply = self.client_app(message, context)
+            try:  # a copy, as over the network: a ClientApp may change what it receives
+                reply = self.client_app(copy.deepcopy(message), context)
             except Exception as error:  # as a SuperNode reports a ClientApp's exception
                 reply = Message(Error(CLIENT_APP_RAISED_EXCEPTION, repr(error)),
                                 reply_to=message)

@@ -24,9 +24,12 @@ from flwr.serverapp import Grid, ServerApp
 from torch import Tensor
 
 from fedlight.config import RunConfig
+from fedlight.core.errors import ConfigError
 from fedlight.core.rules import ServerRule
+from fedlight.federation.build import resolve_rule
 from fedlight.federation.callbacks import RoundCallback
 from fedlight.flower.engine import FlowerEngine
+from fedlight.flower.secure import SecureAggregation, refusal
 from fedlight.flower.settings import app_settings, load_from
 
 
@@ -70,22 +73,38 @@ class RefusalLog(RoundCallback):
 
 
 def serve(grid: Grid, run: RunConfig, discovery_timeout: float = 600.0,
-          round_timeout: float | None = None) -> Outcome:
+          round_timeout: float | None = None, secure: SecureAggregation | None = None) -> Outcome:
     """Run the federation of run over grid, writing the run folder (with refused.json where
-    an update was refused)."""
-    trainer = run.trainer
+    an update was refused); secure: SecAgg+'s settings (None: no secure aggregation).
+
+    Raises:
+        ConfigError: secure aggregation with a rule that needs individual updates.
+    """
+    trainer, data = run.trainer, run.datamodule
+    max_weight = 1.0
+    if secure is not None:
+        method = type(run.model).__name__
+        why = refusal(resolve_rule(run.model.configure_server(), run.server, method), method)
+        if why:
+            raise ConfigError(why)
+        if trainer.weighting == "samples":
+            max_weight = float(max(data.client_train_size(i) for i in range(data.num_clients)))
     trainer.callbacks = [*trainer.callbacks, RefusalLog()]
-    engine = FlowerEngine(grid, run.datamodule.num_clients, discovery_timeout, round_timeout)
+    engine = FlowerEngine(grid, data.num_clients, discovery_timeout, round_timeout, secure,
+                          max_weight)
     summary = trainer.federate(run.model, run.datamodule, engine, run.ckpt_path, run.server)
     return Outcome(summary, trainer.global_state, trainer.server, trainer.history)
 
 
 def build_server_app(config: str | None = None, overrides: str | list[str] | None = None,
                      discovery_timeout: float | None = None,
-                     on_finish: Callable[[Outcome], None] | None = None) -> ServerApp:
-    """The ServerApp. config, overrides and discovery_timeout, when given, fix those settings;
-    otherwise they are read from Flower's run config (config, overrides, discovery-timeout,
-    round-timeout). on_finish, when given, receives the run's Outcome at the end."""
+                     on_finish: Callable[[Outcome], None] | None = None,
+                     secure: SecureAggregation | None = None) -> ServerApp:
+    """The ServerApp. config, overrides, discovery_timeout and secure, when given, fix those
+    settings; otherwise they are read from Flower's run config (config, overrides,
+    discovery-timeout, round-timeout, secure-aggregation with secagg-shares, secagg-threshold
+    and secagg-clipping-range: see fedlight.flower.secure). on_finish, when given, receives
+    the run's Outcome at the end."""
     app = ServerApp()
 
     @app.main()
@@ -95,7 +114,8 @@ def build_server_app(config: str | None = None, overrides: str | list[str] | Non
         round_timeout = settings.get("round-timeout")
         outcome = serve(grid, load_from(settings),
                         float(settings.get("discovery-timeout", 600.0)),
-                        None if round_timeout in (None, "", 0) else float(round_timeout))
+                        None if round_timeout in (None, "", 0) else float(round_timeout),
+                        secure or SecureAggregation.from_settings(settings))
         if on_finish is not None:
             on_finish(outcome)
 

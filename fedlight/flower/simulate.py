@@ -20,6 +20,7 @@ from typing import Any
 from fedlight.core.errors import ConfigError
 from fedlight.flower.client import build_client_app
 from fedlight.flower.inline import run_inline
+from fedlight.flower.secure import SecureAggregation
 from fedlight.flower.server import Outcome, build_server_app
 from fedlight.flower.settings import find_config, load_run, parse_overrides
 
@@ -28,7 +29,8 @@ ENGINES = ("ray", "inline")
 
 def simulate(config: str, overrides: str | list[str] | None = None,
              state_dir: str | None = None, num_cpus: int = 1,
-             backend_config: dict[str, Any] | None = None, engine: str = "ray") -> Outcome:
+             backend_config: dict[str, Any] | None = None, engine: str = "ray",
+             secure: SecureAggregation | None = None) -> Outcome:
     """Run config (a fedlight YAML, plus command-line style overrides) under Flower's
     simulation engine; return the Outcome (summary, final global state, rows).
 
@@ -41,6 +43,8 @@ def simulate(config: str, overrides: str | list[str] | None = None,
         backend_config: Flower's backend config (replaces the one num_cpus makes).
         engine: ray (Flower's simulation engine) or inline (every ClientApp called in this
             process, see fedlight.flower.inline; no Ray needed).
+        secure: SecAgg+'s settings for secure aggregation (fedlight.flower.secure); None:
+            without.
     """
     if num_cpus < 1:
         raise ConfigError(f"num_cpus must be at least 1, got {num_cpus}")
@@ -53,7 +57,8 @@ def simulate(config: str, overrides: str | list[str] | None = None,
     backend = backend_config or {"init_args": {"num_cpus": num_cpus},
                                  "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     with tempfile.TemporaryDirectory(prefix="fedlight-flower-") as scratch:
-        server_app = build_server_app(path, list(arguments), on_finish=outcomes.append)
+        server_app = build_server_app(path, list(arguments), on_finish=outcomes.append,
+                                      secure=secure)
         client_app = build_client_app(path, list(arguments), state_dir or scratch)
         if engine == "inline":
             run_inline(server_app, client_app, num_clients)
@@ -99,7 +104,7 @@ def without_engine_notes() -> Iterator[None]:
 
 def main(argv: list[str]) -> None:
     """fedlight flower CONFIG [--state-dir DIR] [--num-cpus N] [--engine ray|inline]
-    [--trainer.rounds 5 ...]"""
+    [--secure-aggregation [--secagg-shares S] [--secagg-threshold T]] [--trainer.rounds 5 ...]"""
     parser = argparse.ArgumentParser(
         prog="fedlight flower",
         description="Run a fedlight config under Flower's simulation engine (one SuperNode "
@@ -112,9 +117,21 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--engine", choices=ENGINES, default="ray",
                         help="ray: Flower's simulation engine; inline: every ClientApp in "
                              "this process (quick checks, no Ray)")
+    parser.add_argument("--secure-aggregation", action="store_true",
+                        help="aggregate the shared updates with Flower's SecAgg+ (the server "
+                             "learns only their weighted sum)")
+    parser.add_argument("--secagg-shares", default=str(SecureAggregation.shares),
+                        help="SecAgg+ shares per client: an integer > 2, or a fraction of the "
+                             "round's participants")
+    parser.add_argument("--secagg-threshold", default=str(SecureAggregation.threshold),
+                        help="shares needed to reconstruct a dropped client's mask: an "
+                             "integer, or a fraction of the shares")
     options, overrides = parser.parse_known_args(argv)
+    secure = SecureAggregation.from_settings({
+        "secure-aggregation": options.secure_aggregation, "secagg-shares": options.secagg_shares,
+        "secagg-threshold": options.secagg_threshold})
     outcome = simulate(options.config, overrides, options.state_dir, options.num_cpus,
-                       engine=options.engine)
+                       engine=options.engine, secure=secure)
     print(f"run folder: {outcome.summary['run_dir']}")
 
 

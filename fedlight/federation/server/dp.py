@@ -40,6 +40,12 @@ Choices and caveats, stated once:
   (BatchNorm's num_batches_tracked) are averaged without clipping or noise; private
   parameters never leave the client and are never touched; non-parameter payloads of a method
   (e.g. prototypes) are NOT covered by the guarantee.
+* **Secure aggregation** (fedlight flower with secure-aggregation, fedlight.flower.secure).
+  The server sees only the mean of the updates, so each client clips its own update to S
+  before masking; this rule then receives that mean from every participant, whose update
+  already has norm <= S (clipping it again changes nothing beyond quantization), and adds the
+  noise to the sum as above: the released model keeps the guarantee; the server itself sees
+  the sum of clipped updates before the noise.
 * **Noise seeding.** The noise of round r comes from a CPU generator seeded by
   (seed, r) (noise_generator), independent of the clients' streams, so runs are
   reproducible on any device.
