@@ -277,9 +277,11 @@ class BatchedEngine(LocalEngine):
         client = runtime.client
         client.pop_federated_logs()
         runtime.resume(started)
-        load_rows(client, prepared.rows[upload_phase(prepared.phases)])
+        uploaded = prepared.rows[upload_phase(prepared.phases)]
+        load_rows(client, uploaded)
         upload = client.upload()
-        load_rows(client, prepared.rows[-1])
+        if uploaded is not prepared.rows[-1]:
+            load_rows(client, prepared.rows[-1])
         return runtime.finish(started, upload, prepared.loss_sum, prepared.steps, {},
                               prepared.logs)
 
