@@ -37,11 +37,11 @@ DPI = 150
 STYLE: dict[str, Any] = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 8,
     "legend.title_fontsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
-    "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+    "axes.grid": True, "axes.axisbelow": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False, "legend.frameon": False, "pdf.fonttype": 42,
     "ps.fonttype": 42, "savefig.bbox": "tight", "savefig.pad_inches": 0.05,
 }
-#: Most categories a qualitative palette tells apart (tab20); more get a continuous map.
+#: Most categories a legend lists (tab20's colours); more get a colour bar.
 PALETTE_SIZE = 20
 
 Draw = Callable[[Any], Any]
@@ -105,7 +105,7 @@ def legend_outside(ax: Any, title: str | None = None, **options: Any) -> None:
     if not handles:
         return
     ax.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              borderaxespad=0.0, ncols=math.ceil(len(labels) / 20), **options)
+              borderaxespad=0.0, ncols=math.ceil(len(labels) / PALETTE_SIZE), **options)
 
 
 def client_labels(count: int, names: Sequence[str | None] | None = None) -> list[str]:
@@ -116,21 +116,25 @@ def client_labels(count: int, names: Sequence[str | None] | None = None) -> list
 
 
 def category_colours(count: int) -> list[Any]:
-    """``count`` colours told apart: tab10 / tab20, a continuous map beyond 20."""
+    """``count`` (at most 20) colours told apart: tab10, or tab20 beyond 10."""
     from matplotlib import colormaps
 
-    if count <= 10:
-        return [colormaps["tab10"](k) for k in range(count)]
-    if count <= PALETTE_SIZE:
-        return [colormaps["tab20"](k) for k in range(count)]
-    return [colormaps["viridis"](k / max(count - 1, 1)) for k in range(count)]
+    palette = colormaps["tab10" if count <= 10 else "tab20"]
+    return [palette(k) for k in range(count)]
 
 
 def scatter_by(ax: Any, xy: Any, categories: Sequence[int], names: Mapping[int, str],
                title: str, size: float = 6) -> None:
-    """Points ``xy`` (N x 2) coloured by their integer category, one legend entry per
-    category in order, named by ``names`` (a class, a client's domain), legend outside."""
+    """Points ``xy`` (N x 2) coloured by their integer category: up to 20 categories one
+    legend entry each, in order, named by ``names`` (a class, a client's domain), outside the
+    data; more on a continuous colour scale with a colour bar of whole numbers."""
     present = sorted(set(int(c) for c in categories))
+    if len(present) > PALETTE_SIZE:
+        points = ax.scatter(xy[:, 0], xy[:, 1], s=size, c=list(categories), cmap="viridis",
+                            linewidths=0)
+        bar = ax.figure.colorbar(points, ax=ax, label=title)
+        integer_axis(bar.ax.yaxis)
+        return
     for colour, category in zip(category_colours(len(present)), present, strict=True):
         chosen = [i for i, c in enumerate(categories) if int(c) == category]
         ax.scatter(xy[chosen, 0], xy[chosen, 1], s=size, color=colour, linewidths=0,

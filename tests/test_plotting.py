@@ -94,3 +94,21 @@ def test_the_partition_heatmap_names_domains_on_the_client_axis(tmp_path, drawn)
     assert [p.suffix for p in written] == [".png", ".pdf"]
     labels = [t.get_text() for t in drawn[0].axes[0].get_yticklabels()]
     assert labels == ["mnist", "svhn"]
+
+
+def test_points_of_up_to_20_categories_get_a_legend_and_more_a_colour_bar(tmp_path, drawn):
+    import numpy as np
+
+    from fedlight.plotting import scatter_by
+
+    for count in (20, 21):
+        xy = np.arange(2.0 * count).reshape(count, 2)
+
+        def draw(axes, count=count, xy=xy):
+            scatter_by(axes[0][0], xy, list(range(count)), {0: "mnist"}, "client")
+
+        save_figure(tmp_path / f"{count}.png", draw, (4, 3))
+    twenty, more = drawn
+    texts = [t.get_text() for t in twenty.axes[0].get_legend().get_texts()]
+    assert texts == ["mnist", *map(str, range(1, 20))]
+    assert more.axes[0].get_legend() is None and len(more.axes) == 2  # the panel, its bar
