@@ -22,7 +22,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonargparse import ActionConfigFile, Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -41,6 +40,7 @@ from fedlight.errors import (
     debugging,
     exit_with_error,
     exit_with_fault,
+    read_yaml_file,
 )
 from fedlight.federation.trainer import FederatedTrainer
 
@@ -155,7 +155,7 @@ def export_partition(argv: list[str]) -> None:
     config_path = source / "config.yaml" if source.is_dir() else source
     if not config_path.is_file():
         parser.error(f"{str(config_path)!r} does not exist (give a run folder or a YAML config)")
-    config = yaml.safe_load(config_path.read_text()) or {}
+    config = read_yaml_file(config_path) or {}
     data_config = dict(config.get("data") or {})
     train_batch = (config.get("trainer") or {}).get("batch_size")
     if train_batch:  # PFLlib's config.json records the batch size the run trains with

@@ -281,13 +281,24 @@ def yaml_syntax_error(files: Iterable[str]) -> str | None:
 
     for file in files:
         try:
-            text = Path(file).read_text()
-            yaml.safe_load(text)
-        except yaml.MarkedYAMLError as error:
-            return describe_yaml_error(file, text, error)
+            read_yaml_file(file)
+        except UsageError as error:
+            return str(error)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
     return None
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """The content of a YAML file; a syntax error is a UsageError whose one line says where
+    and what (:func:`describe_yaml_error`)."""
+    import yaml
+
+    text = Path(path).read_text()
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        raise UsageError(describe_yaml_error(path, text, error)) from None
 
 
 def describe_yaml_error(file: str | Path, text: str, error: Any) -> str:
@@ -343,5 +354,5 @@ def option_names() -> set[str]:
 
 __all__ = ["CommandParser", "FedlightParser", "USER_ERRORS", "UsageError", "debugging",
            "describe_yaml_error", "did_you_mean", "did_you_mean_class", "exit_with_error",
-           "exit_with_fault", "fault_hint", "subclasses", "unknown_class", "user_message",
-           "wrapped_user_error", "yaml_syntax_error"]
+           "exit_with_fault", "fault_hint", "read_yaml_file", "subclasses", "unknown_class",
+           "user_message", "wrapped_user_error", "yaml_syntax_error"]

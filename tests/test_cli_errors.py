@@ -85,6 +85,20 @@ def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monke
     assert not runs.exists() or not any(runs.iterdir())
 
 
+def test_a_yaml_syntax_error_of_export_partition_names_the_file_and_line(tmp_path, capsys,
+                                                                        monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("data:\n  source: [digits\nmodel: FedAvg\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-partition", str(broken), str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {broken}, line 3, column 6: not valid YAML: expected ',' or "
+                          "']', but got ':' (while parsing a flow sequence from line 2)")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 def test_help_of_an_unknown_model_lists_the_models(capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
