@@ -80,6 +80,8 @@ BLOCK_STRINGS = {"AB": ("PSNet", 0), "aB": ("PSNet", 1), "ab": ("SPNet", 0),
 #: learned way -> the authors' AutoPSNet way
 AUTO_WAYS = {"autocs": "cs", "autosa": "attn", "autohs": "gs"}
 BLOCKS = ("A", "B")
+#: what the record's method name says of the authors' mean (and its file name)
+MEAN_LABELS = {"float64": "", "float32": " (authors' float32 mean)"}
 #: the authors' modules this script imports (and the stand-in writes)
 AUTHORS_MODULES = ("utils", "ps_nets", "fedps", "fedps_auto")
 #: written beside an exported split: what it is (read back when it is given as --folder)
@@ -430,6 +432,20 @@ class _Functional(ModuleType):
         return getattr(F, name)
 
 
+class _TorchFloat64Stack(ModuleType):
+    """``torch`` with ``stack`` giving float64 (for the authors' ``update_global``: their mean
+    of the clients' tensors is then rounded once, as fedlight's float64 sum is)."""
+
+    def __init__(self) -> None:
+        super().__init__("torch_with_float64_stack")
+
+    def stack(self, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return torch.stack(list(tensors), dim).double()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
 def import_authors(authors: Path) -> SimpleNamespace:
     """The authors' modules, imported from their checkout."""
     for name in AUTHORS_MODULES:
@@ -456,8 +472,12 @@ def authors_model(code: SimpleNamespace, method: str, classes: int, init_seed: i
 
 
 def authors_server(code: SimpleNamespace, method: str, model: nn.Module,
-                   clients: dict[int, tuple[Tensor, ...]], feed: GumbelFeed, batch: int) -> Any:
-    """The authors' FedPS / FedPSAuto on ``clients``, reading fedlight's batch order."""
+                   clients: dict[int, tuple[Tensor, ...]], feed: GumbelFeed, batch: int,
+                   mean: str = "float64") -> Any:
+    """The authors' FedPS / FedPSAuto on ``clients``, reading fedlight's batch order; with
+    ``mean="float64"`` their mean of the shared tensors summed in float64."""
+    for module in (code.fedps, code.fedps_auto):
+        module.torch = _TorchFloat64Stack() if mean == "float64" else torch
     base = code.fedps.FedPS if method in BLOCK_STRINGS else code.fedps_auto.FedPSAuto
 
     class Driven(base):  # type: ignore[misc, valid-type]
@@ -650,13 +670,16 @@ def compare(method: str, code: SimpleNamespace, folder: Path, options: argparse.
     ours = fedlight_client(method, classes, options.paper_form)
     names = name_map(method, model, ours)
     copy_weights(model, ours, names)
-    server = authors_server(code, method, model, clients, feed, options.batch)
+    server = authors_server(code, method, model, clients, feed, options.batch,
+                            options.authors_mean)
     theirs, theirs_global = authors_rounds(server, options.rounds)
     mine, mine_global, trainer = fedlight_rounds(ours, folder, options.rounds, options.batch,
                                                  scratch / f"runs-{method}")
+    name = (f"Privatize {method}" if method in BLOCK_STRINGS
+            else {"autocs": "AutoCS", "autosa": "AutoSA", "autohs": "AutoHS"}[method])
     record: dict[str, Any] = {
-        "method": (f"Privatize {method}" if method in BLOCK_STRINGS
-                   else {"autocs": "AutoCS", "autosa": "AutoSA", "autohs": "AutoHS"}[method]),
+        "method": name + MEAN_LABELS[options.authors_mean],
+        "authors_mean": options.authors_mean,
         "fedlight_arguments": {k: v for k, v in ours.construction.items()
                                if k not in ("backbone", "num_classes", "input_shape")},
         "per_round": [{"round": i + 1, "fedlight": round(a, 4), "authors": round(b, 4),
@@ -719,6 +742,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "(default: a temporary folder); give it as --folder to later runs")
     parser.add_argument("--init-seed", type=int, default=0,
                         help="torch.manual_seed before the authors' model is built")
+    parser.add_argument("--authors-mean", choices=sorted(MEAN_LABELS), default="float64",
+                        help="float64 (default): the authors' mean of the shared tensors sums "
+                        "in float64 (their torch.stack made float64), rounded once as "
+                        "fedlight's; float32: as their code computes it")
     parser.add_argument("--paper-form", action="store_true",
                         help="fedlight's defaults (the paper's form), not the authors' switches")
     parser.add_argument("--out", type=Path, help="write <out>/<method>.json per comparison")
@@ -761,7 +788,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if options.out:
                 options.out.mkdir(parents=True, exist_ok=True)
                 name = f"privatize_{method}" if method in BLOCK_STRINGS else method
-                (options.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+                suffix = "_float32_mean" if options.authors_mean == "float32" else ""
+                (options.out / f"{name}{suffix}.json").write_text(
+                    json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

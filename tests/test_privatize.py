@@ -547,3 +547,20 @@ def test_only_an_auto_client_with_the_shared_path_step_leaves_the_batched_engine
     assert batching_refusal(make(AutoSA), "32-true", "fresh", None) is None
     refusal = batching_refusal(make(AutoSA, shared_path_step=True), "32-true", "fresh", None)
     assert refusal is not None and "loop hook" in refusal
+
+
+def test_autosa_one_pair_feeds_both_classifiers_one_tensor_as_the_authors_code():
+    # bit for bit the graph of the authors' AutoPSNet (one mixed feature, its output twice),
+    # so that fedlight's rounds repeat the code's to the last bit
+    client = make(AutoSA, temperature=1.0, fuse_outputs="authors")
+    client.alpha.data = torch.tensor([[0.7, -0.4]])
+    client.beta.data = torch.tensor([[0.2, 0.5]])
+    client.training_step((X, Y), 0).backward()
+    ours = {n: p.grad.clone() for n, p in client.named_parameters()}
+    client.zero_grad()
+    a, b = client.alpha.softmax(-1)[0], client.beta.softmax(-1)[0]
+    mixed = a[0] * client.model.encoder(X) + a[1] * client.private["a"](X)
+    output = b[0] * client.model.head(mixed) + b[1] * client.private["b"](mixed)
+    (F.cross_entropy(output, Y) + F.cross_entropy(output, Y)).backward()
+    for name, param in client.named_parameters():
+        assert torch.equal(ours[name], param.grad), name

@@ -157,13 +157,14 @@ class AutoSA(Privatize):
         ``fuse_outputs="authors"`` one such output per row of ``b``, twice for one row."""
         a, b = self.coefficients(sample)
         shared_h, private_h = self.model.encoder(x), self.private["a"](x)
+        # one pair (AutoSA / AutoHS): h_s' = h_p' is one tensor feeding both classifiers
         mixed_s = a[0, 0] * shared_h + a[0, 1] * private_h
-        mixed_p = a[-1, 0] * shared_h + a[-1, 1] * private_h
+        mixed_p = mixed_s if len(a) == 1 else a[1, 0] * shared_h + a[1, 1] * private_h
         shared_o, private_o = self.model.head(mixed_s), self.private["b"](mixed_p)
         if self.fuse_outputs == "paper":
             return [b[0] * shared_o + b[1] * private_o]
-        return [b[0, 0] * shared_o + b[0, 1] * private_o,
-                b[-1, 0] * shared_o + b[-1, 1] * private_o]
+        first = b[0, 0] * shared_o + b[0, 1] * private_o
+        return [first, first if len(b) == 1 else b[1, 0] * shared_o + b[1, 1] * private_o]
 
     def fused_logits(self, x: Tensor, sample: bool = False) -> Tensor:
         """The personalized prediction: the fused logits, or the log of the mean of the two
