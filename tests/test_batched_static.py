@@ -11,7 +11,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.clients import GPFL, MAP, FedAvg, FedBN, FedPick, Privatize
+from fedlight.clients import GPFL, MAP, Ditto, FedAvg, FedBN, FedPick, FedRoD, Privatize
 from fedlight.core.client import Phase
 from fedlight.federation.engines import graphs
 from fedlight.federation.engines.batched import (
@@ -78,8 +78,10 @@ def padded_and_finished(counts, batch_size):
                          lambda_ent=0.1, keep_budget=0.5, lambda_budget=0.1, **IMAGE_16),
      {"synthetic_shape": (1, 16, 16)}),
     (lambda: make_client(Privatize, way="AaBb"), {}),
+    (lambda: make_client(Ditto, lamda=0.5), {}),
+    (lambda: make_client(FedRoD), {}),
 ], ids=["fedavg-momentum", "fedavg-adamw", "gpfl-adam", "map-kd", "map-mmd", "fedpick-cnn",
-        "privatize"])
+        "privatize", "ditto", "fedrod"])
 def test_every_step_of_a_group_is_captured_and_equals_the_loop(tmp_path, request,
                                                                stand_in_capture, make, options):
     made, counts = stand_in_capture

@@ -18,7 +18,6 @@ import copy
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.clients._common import parameter_mirror
@@ -56,6 +55,7 @@ class Ditto(FederatedClient):
     """
 
     batchable = True  # the received weights w^t are (non-persistent) buffers
+    sample_weighted = True  # its cross-entropies are means over the real samples
 
     def __init__(self, lamda: float = 1.0, personal_epochs: int = 1, **kwargs: Any) -> None:
         if lamda < 0:
@@ -110,12 +110,12 @@ class Ditto(FederatedClient):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         if self.phase == "global":
-            loss = F.cross_entropy(self.model(x), y)
+            loss = self.cross_entropy(self.model(x), y)
         elif self.phase == "personal":
             regularizer = self.regularizer()
             self.log("personal_regularizer", regularizer)
-            loss = F.cross_entropy(self.personal(x), y) + regularizer
+            loss = self.cross_entropy(self.personal(x), y) + regularizer
         else:
-            loss = F.cross_entropy(self.model(x), y) + F.cross_entropy(self.personal(x), y)
+            loss = self.cross_entropy(self.model(x), y) + self.cross_entropy(self.personal(x), y)
         self.log("train_loss", loss)
         return loss

@@ -34,8 +34,13 @@ def balanced_softmax_loss(logits: Tensor, targets: Tensor, class_counts: Tensor)
     log prior up to a constant matters, so uniform counts give plain cross-entropy). Classes
     with ``n_c = 0`` get a ``-inf`` logit, i.e. they drop out of the softmax.
     """
+    return F.cross_entropy(balanced_logits(logits, class_counts), targets)
+
+
+def balanced_logits(logits: Tensor, class_counts: Tensor) -> Tensor:
+    """``logits + log(n_c / n)``: what :func:`balanced_softmax_loss` takes the CE of."""
     prior = class_counts.to(logits.dtype) / class_counts.sum()
-    return F.cross_entropy(logits + prior.log(), targets)
+    return logits + prior.log()
 
 
 class FedRoD(FederatedClient):
@@ -60,6 +65,7 @@ class FedRoD(FederatedClient):
     """
 
     batchable = True  # the label counts the balanced softmax reads are a buffer
+    sample_weighted = True  # its cross-entropies are means over the real samples
 
     def __init__(self, generic_loss: str = "bsm", **kwargs: Any) -> None:
         if generic_loss not in GENERIC_LOSSES:
@@ -108,11 +114,12 @@ class FedRoD(FederatedClient):
         features = self.model.encoder(x)
         generic = self.model.head(features)
         if self.generic_loss == "bsm":
-            generic_loss = balanced_softmax_loss(generic, y, self.class_prior_counts())
+            generic_loss = self.cross_entropy(
+                balanced_logits(generic, self.class_prior_counts()), y)
         else:
-            generic_loss = F.cross_entropy(generic, y)
+            generic_loss = self.cross_entropy(generic, y)
         personal = generic.detach() + self.personal_head(features.detach())
-        personal_loss = F.cross_entropy(personal, y)
+        personal_loss = self.cross_entropy(personal, y)
         loss = generic_loss + personal_loss
         self.log("generic_loss", generic_loss)
         self.log("personal_loss", personal_loss)
