@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("flwr")
 
-from flwr.app import ConfigRecord, Message  # noqa: E402
+from flwr.app import ConfigRecord  # noqa: E402
 
 from fedlight.cli import FedlightCLI  # noqa: E402
 from fedlight.core.client import Upload  # noqa: E402
@@ -25,75 +25,14 @@ from fedlight.core.messages import ClientResult, TrainTask  # noqa: E402
 from fedlight.federation.engines.local import LocalEngine  # noqa: E402
 from fedlight.federation.protocol import update_problem  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
-from fedlight.flower.codec import decode_result, decode_task, encode_result  # noqa: E402
 from fedlight.flower.inline import run_inline  # noqa: E402
 from fedlight.flower.server import REFUSED_FILE  # noqa: E402
+from tests.flower_hostile.hostile import FAULTS, hostile_app  # noqa: E402
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "fedavg" / "mnist5k_dirichlet.yaml")
 RUN = ["--data.num_clients", "4", "--trainer.join_ratio", "1.0", "--trainer.rounds", "3",
        "--trainer.eval_every", "1", "--trainer.batch_size", "32", "--trainer.progress_bar",
        "false", "--trainer.verbose", "false", "--trainer.logger", "csv"]
-
-
-def _renamed(state):
-    first = next(iter(state))
-    return {("renamed." + k if k == first else k): v for k, v in state.items()}
-
-
-def _reshaped(state):
-    first = next(iter(state))
-    return {k: (v.flatten() if k == first else v) for k, v in state.items()}
-
-
-def _with_nan(state):
-    first = next(iter(state))
-    return {k: (torch.full_like(v, float("nan")) if k == first else v) for k, v in state.items()}
-
-
-#: each kind of bad update: how the reply is spoiled, and the cause the server names
-FAULTS = {
-    "keys": ("state", _renamed, r"its state's keys differ from the state sent \(missing: '"),
-    "shape": ("state", _reshaped, r"'[\w.]+' has shape \(\d+,\), expected \(\d+, \d+"),
-    "nan": ("state", _with_nan, r"'[\w.]+' has non-finite values"),
-    "weight": ("weight", float("inf"), r"its weight inf is not a finite non-negative number"),
-    "round": ("round", -1, r"its reply answers round \d, not round \d"),
-    "bytes": ("bytes", b"not a torch file", r"its reply cannot be read \(\w+"),
-}
-
-
-def _spoil(content, round_idx: int, fault: str):
-    """The reply content with one fault."""
-    part, change, _ = FAULTS[fault]
-    result = decode_result(0, content)
-    if part == "state":
-        result.upload = Upload(change(result.upload.state), result.upload.weight,
-                               result.upload.payload)
-    elif part == "weight":
-        result.upload = Upload(result.upload.state, change, result.upload.payload)
-    spoiled = encode_result(result, round_idx + change if part == "round" else round_idx)
-    if part == "bytes":
-        spoiled["result"]["payload"] = change
-    return spoiled
-
-
-class HostileNodes:
-    """The ClientApp of every SuperNode, spoiling the replies of the nodes and rounds that
-    schedule names (round -> {client: fault}); keeps client 0's honest uploads."""
-
-    def __init__(self, client_app, schedule):
-        self.client_app, self.schedule = client_app, schedule
-        self.honest: dict[int, dict[str, torch.Tensor]] = {}
-
-    def __call__(self, message: Message, context):
-        reply = self.client_app(message, context)
-        if "result" not in reply.content:
-            return reply
-        task, _ = decode_task(message.content)
-        fault = self.schedule.get(task.round_idx, {}).get(task.client_id)
-        if fault is None:
-            self.honest[task.round_idx] = decode_result(0, reply.content).upload.state
-            return reply
-        return Message(_spoil(reply.content, task.round_idx, fault), reply_to=message)
 
 
 def test_each_kind_of_bad_update_is_refused_and_the_round_goes_on(tmp_path, capsys):
@@ -102,7 +41,9 @@ def test_each_kind_of_bad_update_is_refused_and_the_round_goes_on(tmp_path, caps
                 1: dict(zip((1, 2, 3), kinds[3:], strict=True)),
                 2: {c: "nan" for c in range(4)}}  # nothing valid: the round is skipped
     overrides = [*RUN, "--trainer.default_root_dir", str(tmp_path / "runs")]
-    nodes = HostileNodes(build_client_app(CONFIG, overrides, str(tmp_path / "state")), schedule)
+    honest: dict[int, dict[str, torch.Tensor]] = {}
+    nodes = hostile_app(build_client_app(CONFIG, overrides, str(tmp_path / "state")), schedule,
+                        honest)
     out = []
     run_inline(build_server_app(CONFIG, overrides, on_finish=out.append), nodes, 4)
     (outcome,) = out
@@ -122,7 +63,7 @@ def test_each_kind_of_bad_update_is_refused_and_the_round_goes_on(tmp_path, caps
     assert [(r["round"], r["client"]) for r in recorded] == [e[:2] for e in expected]
 
     # round 2 kept client 0's update alone; round 3, all refused, left it untouched
-    for key, value in nodes.honest[1].items():
+    for key, value in honest[1].items():
         assert torch.equal(outcome.global_state[key], value), key
 
 

@@ -4,7 +4,10 @@ flower-superlink with TLS and SuperNode authentication and one registered flower
 client on the loopback address, the example app submitted with flwr run. The metrics equal
 fedlight fit's for FedAvg and FedPer with the same seed; a SuperNode whose key is not
 registered is refused (and the run goes on without it); a SuperNode without TLS never
-connects; a SuperNode stopped during a round is counted as dropped and the run goes on;
+connects; secure aggregation (SecAgg+) on the deployment gives fit's metrics within its
+quantization; SuperNodes sending each kind of bad update (tests/flower_hostile/) are refused,
+each recorded in refused.json; a SuperNode stopped during a round is counted as dropped and
+the run goes on;
 restarted, it reads back its private state; a run stopped with flwr stop resumes with
 --ckpt_path last.
 
@@ -179,12 +182,12 @@ class Federation:
         listing = json.loads(self.flwr("supernode", "ls", "local", "--format", "json"))
         return sum(node["status"] == "online" for node in listing["nodes"])
 
-    def submit(self, config: str, overrides: list[str], extra: str = "") -> int:
-        """flwr run the example app with this config and extra run config (the doc's command);
-        the run's Flower id."""
+    def submit(self, config: str, overrides: list[str], extra: str = "", app: Path = APP) -> int:
+        """flwr run app (default: the example app) with this config and extra run config (the
+        doc's command); the run's Flower id."""
         documented = self.commands["flwr run"]
         run_config = f"config='{CONFIGS / config}' overrides='{' '.join(overrides)}' {extra}"
-        command = [str(APP) if arg == "examples/flower" else arg
+        command = [str(app) if arg == "examples/flower" else arg
                    for arg in documented[:documented.index("--run-config") + 1]]
         out = self.run_command([*command, run_config])
         return int(re.search(r"started run (\d+)", out).group(1))
@@ -309,6 +312,25 @@ def test_fedavg_with_secure_aggregation_on_the_deployment_matches_fit(federation
         assert got[column] == pytest.approx(expected[column], abs=0.01), column
     assert "Secure aggregation completed" in federation.flwr("log", str(run_id), "local",
                                                              "--show")
+
+
+def test_each_kind_of_bad_update_from_a_supernode_is_refused(federation, tmp_path):
+    from tests.flower_hostile.hostile import FAULTS, SCHEDULE
+
+    overrides = [*COMMON, "--trainer.rounds", "3", "--trainer.eval_every", "3",
+                 "--trainer.default_root_dir", str(tmp_path / "runs")]
+    federation.submit("fedavg/mnist5k_dirichlet.yaml", overrides,
+                      app=ROOT / "tests" / "flower_hostile")
+    folder = run_folder(tmp_path / "runs")
+    summary = wait_for(lambda: finished(folder), "the run finishing", timeout=3 * WAIT)
+    assert summary["rounds"] == 3 and [int(r["refused"]) for r in rows(folder)] == [2]
+    refused = json.loads((folder / "refused.json").read_text())
+    expected = [(r + 1, c, FAULTS[f][2]) for r, faults in SCHEDULE.items()
+                for c, f in sorted(faults.items())]
+    assert len(refused) == len(expected) == len(FAULTS)
+    for entry, (round_number, client, cause) in zip(refused, expected, strict=True):
+        assert (entry["round"], entry["client"]) == (round_number, client)
+        assert re.match(cause, entry["cause"]), entry
 
 
 if __name__ == "__main__":  # pragma: no cover
