@@ -16,7 +16,7 @@ from fedlight.core.client import Phase
 from fedlight.federation.engines import graphs
 from fedlight.federation.engines.batched import (
     BatchedEngine,
-    autotune_convolutions,
+    autotuned_convolutions,
     padding_refusal,
     stacked_optimizer,
     workspace,
@@ -253,12 +253,13 @@ def test_adam_is_capturable_through_every_parameter_group_on_a_gpu(optimizer):
     assert not any(g["capturable"] for g in on_cpu.param_groups)
 
 
-def test_cudnn_autotunes_for_batched_groups_on_a_gpu_only(monkeypatch):
+def test_cudnn_autotunes_while_batched_groups_train_on_a_gpu_only(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
-    autotune_convolutions(torch.device("cpu"))
+    with autotuned_convolutions(torch.device("cpu")):
+        assert torch.backends.cudnn.benchmark is False
+    with autotuned_convolutions(torch.device("cuda")):
+        assert torch.backends.cudnn.benchmark is True
     assert torch.backends.cudnn.benchmark is False
-    autotune_convolutions(torch.device("cuda"))
-    assert torch.backends.cudnn.benchmark is True
 
 
 def test_the_runtime_starts_each_client_once_a_round(tmp_path, monkeypatch):

@@ -70,7 +70,7 @@ from fedlight.federation.engines.batched.eligibility import (
     scoring_refusal,
     undeclared_step,
 )
-from fedlight.federation.engines.batched.engine import BatchedEngine, autotune_convolutions
+from fedlight.federation.engines.batched.engine import BatchedEngine, autotuned_convolutions
 from fedlight.federation.engines.batched.memory import (
     activation_bytes,
     client_bytes,
@@ -80,7 +80,7 @@ from fedlight.federation.engines.batched.optimizer import stacked_optimizer
 from fedlight.federation.engines.batched.planning import phase_batches, schedule_signature
 from fedlight.federation.engines.batched.workspace import Workspace, step_capture
 
-__all__ = ["BatchedEngine", "Workspace", "activation_bytes", "autotune_convolutions",
+__all__ = ["BatchedEngine", "Workspace", "activation_bytes", "autotuned_convolutions",
            "batching_refusal", "client_bytes", "group_size_for", "padding_refusal",
            "phase_batches", "schedule_signature", "scoring_refusal", "stacked_optimizer",
            "step_capture", "undeclared_step"]

@@ -3,6 +3,7 @@ group one vectorized computation (see the package docstring)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -30,12 +31,22 @@ from fedlight.federation.local_loop import check_phases, non_finite_loss
 from fedlight.federation.runtime import ClientRuntime
 
 
-def autotune_convolutions(device: torch.device) -> None:
-    """Let cuDNN time its convolution algorithms for each shape (``cudnn.benchmark``) on a
-    GPU: a group's shapes repeat every step, and vmapped convolutions become grouped ones,
-    whose fastest algorithm differs from a plain convolution's. Nothing elsewhere."""
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+@contextlib.contextmanager
+def autotuned_convolutions(device: torch.device) -> Iterator[None]:
+    """Within the block, on a GPU, cuDNN times its convolution algorithms for each shape
+    (``cudnn.benchmark``): a group's shapes repeat every step, and vmapped convolutions
+    become grouped ones, whose fastest algorithm differs from a plain convolution's. The
+    setting is put back after (the loop's shapes vary with every smaller batch); nothing
+    changes elsewhere."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = previous
 
 
 class BatchedEngine(LocalEngine):
@@ -61,7 +72,6 @@ class BatchedEngine(LocalEngine):
         #: why a client's smaller last batch is not padded (its steps then run eagerly)
         self.padding_refusal = padding_refusal(runtime.client)
         self.capture_failures: list[str] = []
-        autotune_convolutions(runtime.fabric.device)
 
     @property
     def steps_note(self) -> str:
@@ -161,8 +171,9 @@ class BatchedEngine(LocalEngine):
         stacked = {name: torch.stack([state[name] for state in states]) for name in states[0]}
         self.runtime.client.eval()
         try:
-            return self.runtime.score_together(client_ids,
-                                               lambda inputs: scoring(stacked, inputs))
+            with autotuned_convolutions(self.runtime.fabric.device):
+                return self.runtime.score_together(client_ids,
+                                                   lambda inputs: scoring(stacked, inputs))
         except torch.OutOfMemoryError:
             if len(client_ids) == 1:
                 raise
@@ -207,7 +218,8 @@ class BatchedEngine(LocalEngine):
         """Train ``group`` (one key) as one computation; on running out of device memory,
         in halves (and with half the group size from then on)."""
         try:
-            self._train_group(group)
+            with autotuned_convolutions(self.runtime.fabric.device):
+                self._train_group(group)
         except torch.OutOfMemoryError:
             if len(group) == 1:
                 raise
@@ -286,4 +298,4 @@ class BatchedEngine(LocalEngine):
                               prepared.logs)
 
 
-__all__ = ["BatchedEngine", "autotune_convolutions"]
+__all__ = ["BatchedEngine", "autotuned_convolutions"]
