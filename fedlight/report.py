@@ -232,26 +232,39 @@ def plot_curves(runs: Sequence[Run], path: Path, formats: Iterable[str] | None =
                 ) -> list[Path]:
     """Personalized accuracy against the round per method, setting and round count: the mean
     over seeds, with a band of one sample standard deviation where two or more seeds have
-    the round. Written in each of ``formats`` (default PNG); returns the files."""
-    groups: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    the round; what all curves share (the setting, the round count) is the title, not
+    repeated in each label. Written in each of ``formats`` (default PNG); returns the files."""
+    groups: dict[tuple[str, str, str], dict[float, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
     for run in runs:
         for row in run.history:
             if math.isfinite(row.get("personalized_accuracy", math.nan)):
-                groups[f"{run.method} {run.setting} ({run.rounds} rounds)"][row["round"]].append(
-                    100 * row["personalized_accuracy"])
+                key = (run.method, run.setting, f"{run.rounds} rounds")
+                groups[key][row["round"]].append(100 * row["personalized_accuracy"])
+    labels, shared = curve_labels(list(groups))
 
     def draw(axes: Any) -> None:
         ax = axes[0][0]
-        for label, by_round in sorted(groups.items()):
-            mean_band(ax, by_round, label)
+        for key, by_round in sorted(groups.items()):
+            mean_band(ax, by_round, labels[key])
         integer_axis(ax.xaxis)
         ax.set_xlabel("round")
         ax.set_ylabel("personalized accuracy (%)")
+        ax.set_title(", ".join(shared))
         seeds = max((len(v) for by_round in groups.values() for v in by_round.values()),
                     default=1)
         legend_outside(ax, title="mean ± std over seeds" if seeds > 1 else None)
 
     return save_figure(path, draw, (7.5, 4.0), formats=formats)
+
+
+def curve_labels(keys: Sequence[tuple[str, ...]]
+                 ) -> tuple[dict[tuple[str, ...], str], list[str]]:
+    """Each key's label from the parts that differ between keys, and the parts all share."""
+    varying = [i for i in range(len(keys[0]) if keys else 0)
+               if len({key[i] for key in keys}) > 1]
+    shared = [part for i, part in enumerate(keys[0] if keys else ()) if i not in varying]
+    return {key: " ".join(key[i] for i in (varying or [0])) for key in keys}, shared
 
 
 def write_curves_csv(runs: Sequence[Run], path: Path, extra: Sequence[str] = ()) -> None:

@@ -112,3 +112,13 @@ def test_points_of_up_to_20_categories_get_a_legend_and_more_a_colour_bar(tmp_pa
     texts = [t.get_text() for t in twenty.axes[0].get_legend().get_texts()]
     assert texts == ["mnist", *map(str, range(1, 20))]
     assert more.axes[0].get_legend() is None and len(more.axes) == 2  # the panel, its bar
+
+
+def test_curve_labels_keep_what_differs_and_title_what_all_share():
+    from fedlight.report import curve_labels
+
+    keys = [("FedAvg", "digits/iid", "5 rounds"), ("GPFL", "digits/iid", "5 rounds")]
+    assert curve_labels(keys) == ({keys[0]: "FedAvg", keys[1]: "GPFL"},
+                                  ["digits/iid", "5 rounds"])
+    one = [("FedAvg", "digits/iid", "5 rounds")]
+    assert curve_labels(one) == ({one[0]: "FedAvg"}, ["FedAvg", "digits/iid", "5 rounds"])
