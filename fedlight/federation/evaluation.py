@@ -84,8 +84,15 @@ def score_batches(outputs: Mapping[int, Outputs], y: Tensor, batch_size: int
     Per-class stat scores (torchmetrics) and the loss are summed on the device; the AUC
     (torchmetrics' binary AUROC over the flattened one-vs-rest probabilities) needs every
     sample's probabilities, kept on the device. Everything is read at once at the end (one
-    host sync per test set).
+    host sync per test set; :func:`read_scores` reads several clients' at once).
     """
+    return read_scores([device_scores(outputs, y, batch_size)], [len(y)])[0]
+
+
+def device_scores(outputs: Mapping[int, Outputs], y: Tensor, batch_size: int
+                  ) -> dict[str, Tensor]:
+    """:func:`score_batches`'s sums, on the device, unread: per name, the loss, the AUC and
+    the per-class (true positive, false positive, false negative) counts in one tensor."""
     sums: dict[str, list[Tensor]] = {}
     probabilities: dict[str, list[Tensor]] = {}
     for number, yb in enumerate(torch.split(y, batch_size)):
@@ -98,18 +105,28 @@ def score_batches(outputs: Mapping[int, Outputs], y: Tensor, batch_size: int
                 sums[name][1] += loss
             else:
                 sums[name] = [stats, loss]
-    packed = {name: torch.cat([loss.double().reshape(1), _auc(probabilities[name], y),
-                               stats[:, [0, 1, 3]].double().flatten()])
-              for name, (stats, loss) in sums.items()}
-    values = torch.cat(list(packed.values())).tolist() if packed else []
-    scores, start = {}, 0
-    for name, part in packed.items():
-        loss, auc, *flat = values[start:start + len(part)]
-        start += len(part)
-        counts = [(int(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
-                  for i in range(0, len(flat), 3)]
-        scores[name] = Score(sum(c[0] for c in counts), len(y), loss, counts, auc)
-    return scores
+    return {name: torch.cat([loss.double().reshape(1), _auc(probabilities[name], y),
+                             stats[:, [0, 1, 3]].double().flatten()])
+            for name, (stats, loss) in sums.items()}
+
+
+def read_scores(packed: Sequence[Mapping[str, Tensor]],
+                samples: Sequence[int]) -> list[dict[str, Score]]:
+    """The :class:`Score` of each :func:`device_scores` result (of a test set of
+    ``samples[i]`` samples), read from the device in one transfer for all of them."""
+    parts = [part for scores in packed for part in scores.values()]
+    values = torch.cat(parts).tolist() if parts else []
+    results: list[dict[str, Score]] = []
+    start = 0
+    for scores, count in zip(packed, samples, strict=True):
+        results.append({})
+        for name, part in scores.items():
+            loss, auc, *flat = values[start:start + len(part)]
+            start += len(part)
+            counts = [(int(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
+                      for i in range(0, len(flat), 3)]
+            results[-1][name] = Score(sum(c[0] for c in counts), count, loss, counts, auc)
+    return results
 
 
 def _auc(probabilities: list[Tensor], y: Tensor) -> Tensor:
@@ -207,5 +224,5 @@ class Evaluator:
                 for i, s in sorted(self.last_client_scores.items()) if "personalized" in s]
 
 
-__all__ = ["Evaluator", "batch_count", "batch_outputs", "score_batches", "score_outputs",
-           "stacked_batch_outputs", "summarize_clients"]
+__all__ = ["Evaluator", "batch_count", "batch_outputs", "device_scores", "read_scores",
+           "score_batches", "score_outputs", "stacked_batch_outputs", "summarize_clients"]

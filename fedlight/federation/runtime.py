@@ -33,7 +33,8 @@ from fedlight.core.noise import reseed_noise
 from fedlight.core.seeding import derive_seed, mean_join_ratio, seed_global_rngs
 from fedlight.data.datamodule import FederatedDataModule, iterate_batches
 from fedlight.federation.evaluation import (
-    score_batches,
+    device_scores,
+    read_scores,
     score_outputs,
     stacked_batch_outputs,
 )
@@ -266,10 +267,12 @@ class ClientRuntime:
         """Score ``client_ids`` whose models answer together: ``outputs_fn`` maps inputs
         ``[K, b, ...]`` to each name's logits ``[K, b, C]``, row k from ``client_ids[k]``'s
         model (the batched engine's vmapped ``eval_outputs``). The same scores as
-        :meth:`score` of each (to float tolerance), on the same splits and batches."""
-        return self._score_splits(client_ids, lambda xs, ys: [
-            score_batches(outputs, y, self.eval_batch_size) for outputs, y in zip(
-                stacked_batch_outputs(outputs_fn, xs, self.eval_batch_size), ys, strict=True)])
+        :meth:`score` of each (to float tolerance), on the same splits and batches, read
+        from the device once per split for all the clients."""
+        return self._score_splits(client_ids, lambda xs, ys: read_scores([
+            device_scores(outputs, y, self.eval_batch_size) for outputs, y in zip(
+                stacked_batch_outputs(outputs_fn, xs, self.eval_batch_size), ys, strict=True)],
+            [len(y) for y in ys]))
 
     def _score_splits(self, client_ids: Sequence[int],
                       score_fn: Callable[[list[Tensor], list[Tensor]], list[dict[str, Score]]]
