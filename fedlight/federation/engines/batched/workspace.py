@@ -138,12 +138,10 @@ class Workspace:
             self.active.copy_(active[t])
             if self.pads or all(n in (0, self.batch_size) for n in row):
                 self.weights.copy_(weights[t])
-                torch.stack([self._input(own, t, filler)[0]
-                             for own, filler in zip(batches, fillers, strict=True)],
-                            out=self.inputs)
-                torch.stack([self._input(own, t, filler)[1]
-                             for own, filler in zip(batches, fillers, strict=True)],
-                            out=self.labels)
+                step = [self._input(own, t, filler)
+                        for own, filler in zip(batches, fillers, strict=True)]
+                torch.stack([x for x, _ in step], out=self.inputs)
+                torch.stack([y for _, y in step], out=self.labels)
                 self.full()
                 self.static_steps += 1
             else:
