@@ -4,8 +4,8 @@ same models and (AutoCS / AutoSA / AutoHS) learn the same choice per block?
 
 The authors' code is a checkout of lxcnju/FedPS-AggregateOrNot given on the command line
 (``fedps.py``: ``FedPS`` for the block strings, ``fedps_auto.py``: ``FedPSAuto`` for the
-learned ways, ``ps_nets.py`` for the models); it is run from outside, unchanged: its own
-server class trains its own models (``get_ps_net`` / ``AutoPSNet`` on its ``TFCNN``, built
+learned ways, ``ps_nets.py`` for the models); it is run from outside, its files unchanged: its
+own server class trains its own models (``get_ps_net`` / ``AutoPSNet`` on its ``TFCNN``, built
 first, after ``torch.manual_seed(--init-seed)``), one round per call of its ``train`` loop
 (``max_round = 1``), and its personalized accuracy is what that loop logs (the mean over
 clients of each client's local test accuracy right after its local training). Three things
@@ -15,6 +15,9 @@ the generator of ``derive_seed(seed, round, client)``); the test loaders hold ea
 test split as one batch; and ``AutoPSNet``'s Gumbel draws (``F.gumbel_softmax``) take their
 noise from the stream fedlight's AutoHS draws from for that client and round
 (``fedlight.core.noise``), the evaluation before local training from a stream of its own.
+Their mean of the clients' shared tensors sums in float64 (``torch.stack`` made float64 in
+their modules), rounded once as fedlight's is, unless ``--authors-mean float32``: a last-bit
+difference grows within a few rounds at this learning rate (docs/authors_code.md).
 
 fedlight runs ``FederatedTrainer`` on the same folder (the ``pfllib`` source) with
 ``Privatize`` / ``AutoCS`` / ``AutoSA`` / ``AutoHS`` on the same network (the authors' TFCNN:
@@ -36,9 +39,10 @@ The clients: ``--folder``, a PFLlib-layout folder (``train/<i>.npz``, ``test/<i>
 with ``fedlight.data.pfllib.export_pfllib``; by default a small folder of random images written
 here (the self-test). With ``--out DIR`` each comparison is written to ``DIR/<method>.json``.
 
-    python benchmarks/privatize_vs_authors.py ../FedPS-AggregateOrNot \\
-        --data-root ../shared/data/cifar10 --rounds 20 --methods AaBb ABb ab \\
-        --out benchmarks/results/same_start
+    python benchmarks/privatize_vs_authors.py ../authors/FedPS-AggregateOrNot \\
+        --data-root ../shared/data/cifar10 --max-client-samples 125 --batch 32 --rounds 20 \\
+        --methods AaBb ABb ab autocs autosa autohs --out benchmarks/results/same_start
+    python benchmarks/privatize_vs_authors.py --self-test --rounds 2
 """
 
 from __future__ import annotations
