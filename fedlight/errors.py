@@ -333,7 +333,8 @@ def _suggestion(parsed: ParserError) -> str:
     name = parsed.unknown_option
     names = option_names()
     pool = names if "." in name else {n.rsplit(".", 1)[-1] for n in names}
-    return did_you_mean(name, pool)
+    abbreviated = any(option.startswith(name) for option in pool)
+    return ("; options are never abbreviated" if abbreviated else "") + did_you_mean(name, pool)
 
 
 def option_names() -> set[str]:

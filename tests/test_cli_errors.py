@@ -59,8 +59,8 @@ CASES = {
     "typo in a server class path": (["--server", "fedlight.federation.server.TrimedMean"],
                                     "server: unknown class", "did you mean "
                                     "'fedlight.federation.server.TrimmedMean'?"),
-    "abbreviated option": (["--trainer.round", "2"], "--trainer.round 2",
-                           "did you mean 'trainer.rounds'?"),
+    "abbreviated option": (["--trainer.round", "2"], "--trainer.round 2; options are never "
+                           "abbreviated; did you mean 'trainer.rounds'?"),
 }
 
 
