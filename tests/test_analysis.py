@@ -361,3 +361,17 @@ def test_analyze_pdf_writes_a_vector_figure_beside_the_png_without_paper_figure_
     assert (tmp_path / "selection.pdf").read_bytes().startswith(b"%PDF")
     assert f"wrote {tmp_path / 'selection.pdf'}" in capsys.readouterr().out
     assert titles and not [t for t in titles if "Fig." in t]
+
+
+def test_figures_name_clients_by_their_domain_where_the_data_names_them():
+    from types import SimpleNamespace
+
+    from fedlight.analysis.runs import FinishedRun
+    from fedlight.analysis.sparsity import series_label
+
+    domains = SimpleNamespace(num_clients=3, client_names=lambda: ["mnist", "svhn", None])
+    run = FinishedRun(None, None, domains, {}, None)
+    assert run.client_labels == ["mnist", "svhn", "2"]
+    assert series_label("feature_sparsity/client_1", run.client_labels) == "svhn"
+    assert series_label("feature_sparsity/client_2", run.client_labels) == "client 2"
+    assert series_label("feature_sparsity", run.client_labels) == "mean over clients"
