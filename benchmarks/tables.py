@@ -180,7 +180,6 @@ def lookup(runs: list[dict[str, str]], expression: str) -> str:
     parts = arguments.split(":")
     if kind == "paper":
         return paper_digits(*parts)
-    runs_file = expression
 
     def values(method: str, column: str) -> list[float]:
         name, _, setting = method.partition("@")
@@ -188,7 +187,7 @@ def lookup(runs: list[dict[str, str]], expression: str) -> str:
         found = [scale * float(r[column]) for r in runs if r["method"] == name
                  and (not setting or r["setting"] == setting) and r[column] not in ("", "None")]
         if not found:
-            raise KeyError(f"{runs_file}: no {column!r} of {method!r}")
+            raise KeyError(f"{{{{{expression}}}}}: no {column!r} of {method!r}")
         return found
 
     def mean(method: str, column: str) -> float:
