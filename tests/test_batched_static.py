@@ -19,6 +19,7 @@ from fedlight.federation.engines.batched import (
     autotuned_convolutions,
     padding_refusal,
     stacked_optimizer,
+    steps_note,
     workspace,
 )
 from fedlight.federation.engines.batched import engine as engine_module
@@ -276,3 +277,13 @@ def test_the_runtime_starts_each_client_once_a_round(tmp_path, monkeypatch):
     assert isinstance(trainer.engine, BatchedEngine)
     assert_stacked(trainer.engine)
     assert len(started) == len(set(started)) == 8  # 2 rounds x 4 participants
+
+
+def test_the_header_says_which_steps_run_from_graphs():
+    assert steps_note(False, None) == "steps run eagerly"
+    assert steps_note(True, padding_refusal(make_client(MAP))) == (
+        "every step replayed from CUDA graphs, captured: all")
+    bn = make_client(FedBN, backbone="cnn_bn", **IMAGE_16)
+    assert steps_note(True, padding_refusal(bn)).endswith(
+        "which run eagerly: its model has BatchNorm2d, whose batch statistics would see the "
+        "padding")

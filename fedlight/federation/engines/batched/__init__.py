@@ -70,7 +70,11 @@ from fedlight.federation.engines.batched.eligibility import (
     scoring_refusal,
     undeclared_step,
 )
-from fedlight.federation.engines.batched.engine import BatchedEngine, autotuned_convolutions
+from fedlight.federation.engines.batched.engine import (
+    BatchedEngine,
+    autotuned_convolutions,
+    steps_note,
+)
 from fedlight.federation.engines.batched.memory import (
     activation_bytes,
     client_bytes,
@@ -83,4 +87,4 @@ from fedlight.federation.engines.batched.workspace import Workspace, step_captur
 __all__ = ["BatchedEngine", "Workspace", "activation_bytes", "autotuned_convolutions",
            "batching_refusal", "client_bytes", "group_size_for", "padding_refusal",
            "phase_batches", "schedule_signature", "scoring_refusal", "stacked_optimizer",
-           "step_capture", "undeclared_step"]
+           "step_capture", "steps_note", "undeclared_step"]

@@ -49,6 +49,19 @@ def autotuned_convolutions(device: torch.device) -> Iterator[None]:
         torch.backends.cudnn.benchmark = previous
 
 
+def steps_note(captured: bool, padding: str | None) -> str:
+    """How a batched run's steps run, for its header: with ``captured`` (CUDA graphs, see
+    :func:`step_capture`) all of them from graphs, or all but those where a client has a
+    smaller batch, which run eagerly, and why (``padding``: :func:`padding_refusal`);
+    else eagerly."""
+    if not captured:
+        return "steps run eagerly"
+    if padding is None:
+        return "every step replayed from CUDA graphs, captured: all"
+    return ("steps replayed from CUDA graphs but those where a client has a smaller batch, "
+            f"which run eagerly: {padding}")
+
+
 class BatchedEngine(LocalEngine):
     """LocalEngine training up to ``group_size`` participants at once (module docstring):
     each participant is started, drawn and finished by the client runtime, as in the loop;
@@ -75,14 +88,8 @@ class BatchedEngine(LocalEngine):
 
     @property
     def steps_note(self) -> str:
-        """How the steps run, for the run's header: captured in CUDA graphs (all of them, or
-        all but those with a smaller batch, and why) or eagerly."""
-        if self.capture is None:
-            return "steps run eagerly"
-        if self.padding_refusal is None:
-            return "every step replayed from CUDA graphs, captured: all"
-        return ("steps replayed from CUDA graphs but those where a client has a smaller "
-                f"batch, which run eagerly: {self.padding_refusal}")
+        """How the steps run, for the run's header (:func:`steps_note`)."""
+        return steps_note(self.capture is not None, self.padding_refusal)
 
     @property
     def captured(self) -> str:
@@ -298,4 +305,4 @@ class BatchedEngine(LocalEngine):
                               prepared.logs)
 
 
-__all__ = ["BatchedEngine", "autotuned_convolutions"]
+__all__ = ["BatchedEngine", "autotuned_convolutions", "steps_note"]
