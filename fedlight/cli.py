@@ -43,6 +43,7 @@ from fedlight.errors import (
     read_yaml_file,
 )
 from fedlight.federation.trainer import FederatedTrainer
+from fedlight.plotting import figure_formats
 
 #: jsonargparse's deprecation notes on calls LightningCLI makes (the messages' first words
 #: after jsonargparse's line break): the call that is deprecated, and the note on how to see
@@ -258,6 +259,7 @@ def main(args: list[str] | None = None) -> None:
             return
         if not argv[0].startswith("-") and argv[0] not in COMMANDS:
             raise UsageError(f"unknown command {argv[0]!r}; valid: {', '.join(COMMANDS)}")
+        figure_formats()  # a bad FEDLIGHT_FIGURE_FORMATS is refused before anything runs
         if argv[0] in TOOLS:
             TOOLS[argv[0]](argv[1:])
             return

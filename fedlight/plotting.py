@@ -48,16 +48,18 @@ Draw = Callable[[Any], Any]
 
 
 def figure_formats(formats: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The formats to write: ``formats`` when given, else those of FEDLIGHT_FIGURE_FORMATS
-    (comma-separated), else PNG alone. ConfigError (one line) for an unknown format."""
+    """The formats to write, PNG always first (reports link to it): PNG and those of
+    ``formats`` when given, else of FEDLIGHT_FIGURE_FORMATS (comma-separated). ConfigError
+    (one line) for an unknown format."""
+    source = "formats"
     if formats is None:
-        formats = [f for f in os.environ.get(FORMATS_VARIABLE, "png").split(",") if f.strip()]
-    chosen = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in formats))
-    unknown = [f for f in chosen if f not in FORMATS]
-    if unknown or not chosen:
-        raise ConfigError(f"figure format {unknown[0] if unknown else ''!r} is not known; "
-                          f"valid: {', '.join(FORMATS)}")
-    return chosen
+        source, formats = FORMATS_VARIABLE, os.environ.get(FORMATS_VARIABLE, "").split(",")
+    asked = [f.strip().lower().lstrip(".") for f in formats if f.strip()]
+    unknown = [f for f in asked if f not in FORMATS]
+    if unknown:
+        raise ConfigError(f"{source}: figure format {unknown[0]!r} is not known; valid: "
+                          f"{', '.join(FORMATS)}")
+    return tuple(dict.fromkeys(["png", *asked]))
 
 
 def with_pdf(pdf: bool) -> tuple[str, ...] | None:

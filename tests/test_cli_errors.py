@@ -99,6 +99,18 @@ def test_a_yaml_syntax_error_of_export_partition_names_the_file_and_line(tmp_pat
     assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+def test_an_unknown_figure_format_is_refused_before_anything_runs(tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
+    monkeypatch.setenv("FEDLIGHT_FIGURE_FORMATS", "png,svgz")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", DIRICHLET, "--trainer.default_root_dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: FEDLIGHT_FIGURE_FORMATS: figure format 'svgz' is not known; valid: png, pdf")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_help_of_an_unknown_model_lists_the_models(capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:

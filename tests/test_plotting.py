@@ -46,10 +46,14 @@ def test_pdf_is_written_beside_the_png_on_request(tmp_path, monkeypatch):
     assert [p.name for p in save_figure(tmp_path / "c.png", draw, (3, 2))] == ["c.png", "c.pdf"]
 
 
-@pytest.mark.parametrize("formats", [("svgz",), ()])
-def test_an_unknown_format_is_one_line_naming_the_valid_ones(formats):
-    with pytest.raises(ConfigError, match="valid: png, pdf"):
-        figure_formats(formats)
+def test_png_is_always_written_and_an_unknown_format_is_one_line(monkeypatch):
+    assert figure_formats(("pdf",)) == ("png", "pdf") and figure_formats(()) == ("png",)
+    with pytest.raises(ConfigError, match="formats: figure format 'svgz' is not known; "
+                                          "valid: png, pdf"):
+        figure_formats(("svgz",))
+    monkeypatch.setenv(FORMATS_VARIABLE, "pdf,eps")
+    with pytest.raises(ConfigError, match=f"{FORMATS_VARIABLE}: figure format 'eps'"):
+        figure_formats()
 
 
 def test_clients_are_named_by_their_domain_where_the_data_names_one():
