@@ -71,7 +71,8 @@ def padded_and_finished(counts, batch_size):
 #: GPFL builds float32 tensors of its own (its class shares): compared in float32
 @pytest.mark.parametrize("make, options", [
     (lambda: make_client(FedAvg, momentum=0.9, weight_decay=1e-3), {}),
-    (lambda: make_client(FedAvg, optimizer="adamw", lr=0.01, weight_decay=0.1), {}),
+    pytest.param(lambda: make_client(FedAvg, optimizer="adamw", lr=0.01, weight_decay=0.1),
+                 {}, marks=pytest.mark.slow),
     (lambda: make_client(GPFL, optimizer="adam", lr=0.01), {"float32": True}),
     (lambda: make_client(MAP, lamda=0.3), {}),
     (lambda: make_client(MAP, kt="mmd", lamda=0.3), {}),
@@ -79,8 +80,8 @@ def padded_and_finished(counts, batch_size):
                          lambda_ent=0.1, keep_budget=0.5, lambda_budget=0.1, **IMAGE_16),
      {"synthetic_shape": (1, 16, 16)}),
     (lambda: make_client(Privatize, way="AaBb"), {}),
-    (lambda: make_client(Ditto, lamda=0.5), {}),
-    (lambda: make_client(FedRoD), {}),
+    pytest.param(lambda: make_client(Ditto, lamda=0.5), {}, marks=pytest.mark.slow),
+    pytest.param(lambda: make_client(FedRoD), {}, marks=pytest.mark.slow),
 ], ids=["fedavg-momentum", "fedavg-adamw", "gpfl-adam", "map-kd", "map-mmd", "fedpick-cnn",
         "privatize", "ditto", "fedrod"])
 def test_every_step_of_a_group_is_captured_and_equals_the_loop(tmp_path, request,
