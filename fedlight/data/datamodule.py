@@ -220,7 +220,9 @@ class FederatedDataModule(L.LightningDataModule):
             all of the client's train-split samples for training (FedPick's protocol: each
             domain's whole official test set; LEAF's own per-writer split); the source's test
             split is also the global test set; needs merge_test: false.
-        root: folder of the dataset (torchvision's, or a folder source's files).
+        root: folder of the dataset (torchvision's, or a folder source's files). In a config
+            file a relative path is relative to the file's folder (as partition_file);
+            on the command line, to the working folder.
         download: download the dataset into ``root`` when it is missing (torchvision
             datasets, tinyimagenet, cinic10, agnews, har, amazon_review).
         seed: seed of the partition and the splits (independent of the training seed).
