@@ -424,7 +424,9 @@ ANY_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:e-?\d+)?")
 # Not measurements: versions, paper ids, links, clock times, dates.
 NOT_MEASURED = [r"\d+(?:\.\d+){2,}", r"arXiv:\s*\d+\.\d+", r"https?://\S+", r"\]\([^)]*\)",
                 r"\d\d:\d\d", r"\d{4}-\d\d-\d\d",
-                r"(?:torch|torchvision|python|Python|lightning|flwr|CUDA)\s+[<>=]*\d+\.\d+"]
+                r"(?:torch|torchvision|python|Python|lightning|flwr|CUDA)\s+[<>=]*\d+\.\d+",
+                # the papers' section, definition, figure and equation numbers ("Sec. 4.2-4.3")
+                r"\b(?:Secs?|Defs?|Figs?|Eqs?)\.\s*\d+(?:\.\d+)*(?:\s*(?:-|/|and|,)\s*\d+(?:\.\d+)*)*"]
 DERIVED = re.compile(r"(?<![\w.])[-+]?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?"
                      r"(?:x\b|\s+points?\b|-point\b)")
 
