@@ -109,3 +109,13 @@ def test_a_runs_config_yaml_reads_the_same_from_any_folder(tmp_path, elsewhere):
     assert again.data.root == str(tmp_path / "data")
     assert json.dumps(yaml.safe_load(dumped)["data"]) == json.dumps(
         yaml.safe_load(run_parser().dump(again))["data"])
+
+
+def test_the_note_names_a_resolved_path_only_where_the_message_names_it(tmp_path,
+                                                                         monkeypatch):
+    from fedlight.core.paths import resolution_note
+
+    monkeypatch.chdir(tmp_path)
+    ConfigPath.resolve("sets/a")
+    assert "'sets/a' as configured" in resolution_note(f"no {tmp_path}/sets/a/train folder")
+    assert resolution_note(f"no {tmp_path}/sets/ab folder") == ""

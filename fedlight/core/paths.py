@@ -12,6 +12,7 @@ kind (a data source given as ``class_path``) gets the same by annotating its pat
 from __future__ import annotations
 
 import os
+import re
 
 #: Every path resolved in this process: absolute path -> (the value as configured, the folder
 #: it was resolved against), so that an error naming the path can say where it came from.
@@ -39,7 +40,8 @@ class ConfigPath(str):
 def resolution_note(message: str) -> str:
     """``"; ... resolved against ..."`` for the resolved path a message names (the longest
     one, where several are inside each other), or an empty string."""
-    named = [path for path in RESOLVED if path in message]
+    named = [path for path in RESOLVED
+             if re.search(re.escape(path) + r"(?![\w.-])", message)]  # not a longer name
     if not named:
         return ""
     path = max(named, key=len)
