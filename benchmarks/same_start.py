@@ -93,6 +93,19 @@ def agrees(record: dict[str, Any]) -> bool:
                for name in names)
 
 
+def agrees_through(record: dict[str, Any]) -> int:
+    """The last round up to which every round is within :data:`THRESHOLD` (0: not the first)."""
+    names: list[str | None] = [None, *extras(record)]
+    through = 0
+    for row in record["per_round"]:
+        single = {**record, "per_round": [row]}
+        if not all((gap := largest_gap(single, name)) is None or round(gap[0], 4) <= THRESHOLD
+                   for name in names):
+            break
+        through = row["round"]
+    return through
+
+
 def same_choices(record: dict[str, Any]) -> bool | None:
     """Whether both sides prefer the same side of every block (None: nothing learned)."""
     if "choices" not in record:
@@ -112,9 +125,9 @@ def points(gap: tuple[float, int] | None) -> str:
 def summary_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = ["| method | authors' code | rounds | largest per-round difference, personalized "
              "(points) | other accuracies: largest per-round difference (points) | "
-             f"within {THRESHOLD} every round | largest parameter difference after the last "
-             "round | split | raw file |",
-             "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- |"]
+             f"within {THRESHOLD} every round | within {THRESHOLD} through round | largest "
+             "parameter difference after the last round | split | raw file |",
+             "| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | --- |"]
     for name, record in records:
         others = ", ".join(f"{EXTRA_NAMES.get(x, x)} {points(largest_gap(record, x))}"
                            for x in extras(record)) or "-"
@@ -123,8 +136,8 @@ def summary_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
         commit = record["authors_commit"][:7]
         lines.append(f"| {record['method']} | {record['authors_repo']} @ {commit} | "
                      f"{record['rounds']} | {points(largest_gap(record))} | {others} | "
-                     f"{'yes' if agrees(record) else 'no'} | {diffs} | {record['split']} | "
-                     f"[{name}](same_start/{name}) |")
+                     f"{'yes' if agrees(record) else 'no'} | {agrees_through(record)} | "
+                     f"{diffs} | {record['split']} | [{name}](same_start/{name}) |")
     return lines
 
 
