@@ -8,16 +8,17 @@ learned ways, ``ps_nets.py`` for the models); it is run from outside, its files 
 own server class trains its own models (``get_ps_net`` / ``AutoPSNet`` on its ``TFCNN``, built
 first, after ``torch.manual_seed(--init-seed)``), one round per call of its ``train`` loop
 (``max_round = 1``), and its personalized accuracy is what that loop logs (the mean over
-clients of each client's local test accuracy right after its local training). Three things
-are given to it from outside: its clients' training loaders draw each epoch's batches in the
-order fedlight draws them for that client and round (``fedlight.data.iterate_batches`` with
-the generator of ``derive_seed(seed, round, client)``); the test loaders hold each client's
-test split as one batch; and ``AutoPSNet``'s Gumbel draws (``F.gumbel_softmax``) take their
-noise from the stream fedlight's AutoHS draws from for that client and round
-(``fedlight.core.noise``), the evaluation before local training from a stream of its own.
-Their mean of the clients' shared tensors sums in float64 (``torch.stack`` made float64 in
-their modules), rounded once as fedlight's is, unless ``--authors-mean float32``: a last-bit
-difference grows within a few rounds at this learning rate (docs/authors_code.md).
+clients of each client's local test accuracy right after its local training). Three things are
+given to it from outside: its clients' training loaders draw each epoch's batches in the order
+fedlight draws them for that client and round (``fedlight.data.iterate_batches`` with the
+generator of ``derive_seed(seed, round, client)``); the test loaders hold each client's test
+split (and the global test loader the union of them) as one batch; and ``AutoPSNet``'s Gumbel
+draws (``F.gumbel_softmax``) take their noise from the stream fedlight's AutoHS draws from for
+that client and round (``fedlight.core.noise``), the evaluation before local training from a
+stream of its own. Their mean of the clients' shared tensors sums in float64 (``torch.stack``
+made float64 in their modules), rounded once as fedlight's is, unless ``--authors-mean
+float32``: a last-bit difference grows within a few rounds at this learning rate
+(docs/authors_code.md).
 
 fedlight runs ``FederatedTrainer`` on the same folder (the ``pfllib`` source) with
 ``Privatize`` / ``AutoCS`` / ``AutoSA`` / ``AutoHS`` on the same network (the authors' TFCNN:
@@ -514,6 +515,9 @@ def authors_server(code: SimpleNamespace, method: str, model: nn.Module,
     for c, (x, y, xt, yt) in clients.items():
         server.train_loaders[c] = FedlightBatchOrder(x, y, c, batch)
         server.test_loaders[c] = [(xt, yt)]
+    # one batch: their global_test averages per-batch accuracies, a batch of another size
+    # would weigh its samples differently from fedlight's pooled accuracy
+    server.glo_test_loader = [gset.tensors]
     return server
 
 
