@@ -132,6 +132,16 @@ def test_report_only_tables_the_finished_runs_and_runs_nothing(tmp_path, monkeyp
     assert "runs have ended" not in (out / "report.md").read_text()
 
 
+def test_an_abbreviated_sweep_option_is_refused_in_one_line(tmp_path, capsys):
+    path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 1})
+    with pytest.raises(SystemExit) as stopped:
+        main(["sweep", str(path), "--out", str(tmp_path / "out"), "--job", "2"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--job" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_report_only_with_no_finished_run_is_a_one_line_error(tmp_path, capsys):
     path = write(tmp_path, {"methods": ["FedAvg"], "seeds": 2})
     with pytest.raises(SystemExit):

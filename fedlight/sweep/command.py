@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import fedlight.sweep
+from fedlight.errors import CommandParser
 from fedlight.sweep.execute import run_cells
 from fedlight.sweep.plan import Planned, plan_sweep
 from fedlight.sweep.results import write_results
@@ -19,9 +20,9 @@ from fedlight.sweep.spec import SELECT_MODES, Sweep, SweepError, load_sweep
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedlight sweep",
-                                     description=(fedlight.sweep.__doc__ or "").replace("``", ""),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="fedlight sweep",
+                           description=(fedlight.sweep.__doc__ or "").replace("``", ""),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", nargs="?", help="a sweep file (YAML)")
     parser.add_argument("--config", "-c", help="base fit config (replaces the file's base)")
     parser.add_argument("--methods", nargs="+", help="method labels of the file or class names")
