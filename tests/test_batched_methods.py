@@ -293,6 +293,21 @@ def test_a_batched_run_says_how_many_clients_train_at_once(tmp_path, capsys):
             "together" in capsys.readouterr().out)
 
 
+@pytest.mark.parametrize(("method", "steps"), [
+    (FedAvg, "every step replayed from CUDA graphs, captured: all"),
+    (FedProto, "steps replayed from CUDA graphs but those where a client has a smaller batch, "
+               "which run eagerly: "),
+])
+def test_the_header_says_which_steps_cuda_graphs_capture(tmp_path, capsys, monkeypatch,
+                                                         method, steps):
+    """Where the device captures steps (stood in for on this CPU), a method whose loss weights
+    samples has every step captured; another names why its smaller batches run eagerly."""
+    monkeypatch.setattr(build, "step_capture", lambda fabric, graphs: eager_capture)
+    trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=3)
+    trainer.fit(make_client(method), tiny_data())
+    assert f"fedlight: clients train batched, up to 3 at once ({steps}" in capsys.readouterr().out
+
+
 def test_a_subclass_overriding_the_step_without_declaring_it_trains_in_the_loop():
     class Changed(GPFL):
         def training_step(self, batch, batch_idx):

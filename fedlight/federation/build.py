@@ -23,8 +23,10 @@ from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.engines.batched import (
     batching_refusal,
+    padding_refusal,
     scoring_refusal,
     step_capture,
+    steps_note,
 )
 from fedlight.federation.engines.choice import (
     BATCHED,
@@ -302,7 +304,7 @@ def simulator_engine(options: TrainerOptions, runtime: ClientRuntime,
                           lambda way: make_engine(way, runtime, group_size))
     size = (f"up to {group_size} at once" if group_size is not None
             else "as many at once as the device's free memory holds")
-    steps = "full steps replayed from CUDA graphs" if graphs else "steps run eagerly"
+    steps = steps_note(graphs, padding_refusal(runtime.client))
     scored = "scored together" if scoring_refusal(runtime.client) is None else (
         f"scored one after another: {scoring_refusal(runtime.client)}")
     if measured:
