@@ -21,7 +21,7 @@ deadline, time and whether it ended, was cut or failed.
    graphs (``auto``, ``cuda_graphs: true``) and ``measured`` (``batched_clients: measure``,
    what ``auto`` does on a GPU: the way it chose and the seconds per client step it
    measured of each way), its ratio to the floor, the group size, whether the
-   full steps were captured, the last personalized accuracy and the largest difference of
+   steps were captured (all, partly, none), the last personalized accuracy and the largest difference of
    the global model from the loop's (cuDNN's kernels are not deterministic: accuracies are
    the comparison on a GPU; the CPU tests check equality), and the seconds to score every
    client once (``eval s``: client by client in the loop, together when batched).
@@ -394,11 +394,8 @@ def engine_facts(trainer: FederatedTrainer) -> dict[str, Any]:
         **{PROBE_COLUMNS[way]: seconds for way, seconds in choice["seconds_per_step"].items()}}
     if not isinstance(engine, BatchedEngine):
         return {"engine": "loop", "group": 1, "captured": "", **chosen}
-    steps = [w.full for w in engine.workspaces.values()]
-    failures = sorted({s.failure for s in steps if s.failure})
-    captured = ("yes" if steps and all(s.captured for s in steps) else
-                "no" if engine.capture is None else "partly")
-    return {"engine": "batched", "group": engine.group_size, "captured": captured,
+    failures = sorted({w.full.failure for w in engine.workspaces.values() if w.full.failure})
+    return {"engine": "batched", "group": engine.group_size, "captured": engine.captured,
             "capture_failure": "; ".join(failures), **chosen}
 
 
