@@ -20,8 +20,8 @@ deadline, time and whether it ended, was cut or failed.
    (``batched_clients: 1``), batched (``auto``, ``cuda_graphs: false``), batched with CUDA
    graphs (``auto``, ``cuda_graphs: true``) and ``measured`` (``batched_clients: measure``,
    what ``auto`` does on a GPU: the way it chose and the seconds per client step it
-   measured of each way), its ratio to the floor, the group size, whether the
-   steps were captured (all, partly, none), the last personalized accuracy and the largest difference of
+   measured of each way), its ratio to the floor, the group size, whether the steps were
+   captured (all, partly, none), the last personalized accuracy and the largest difference of
    the global model from the loop's (cuDNN's kernels are not deterministic: accuracies are
    the comparison on a GPU; the CPU tests check equality), and the seconds to score every
    client once (``eval s``: client by client in the loop, together when batched).
