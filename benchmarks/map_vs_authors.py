@@ -209,9 +209,11 @@ def authors_algorithm(authors: Path, method: str, clients: list[tuple[np.ndarray
     return algorithm
 
 
-def authors_rounds(algorithm: Any) -> list[dict[str, float]]:
-    """The authors' own ``train``; per round the mean over participants of each accuracy."""
-    np.random.seed(SEED)  # their client order (every client joins: only the sum's order)
+def authors_rounds(algorithm: Any, order_seed: int = SEED) -> list[dict[str, float]]:
+    """The authors' own ``train``; per round the mean over participants of each accuracy.
+    ``order_seed`` seeds numpy before it, which draws their clients' order each round (every
+    client joins: the order changes only the order in which the uploads are summed)."""
+    np.random.seed(order_seed)
     with contextlib.redirect_stdout(io.StringIO()):
         algorithm.train()
     return [{name: float(np.mean([row[name] for row in rows])) for name in rows[0]}
@@ -311,6 +313,22 @@ def compare(method: str, authors: Path, folder: Path, split: str, options: argpa
                      f"draw torch.manual_seed({options.init_seed})",
             "rounds": options.rounds, "per_round": per_round,
             "max_param_diff": model_differences(algorithm, trainer),
+            "command": "python " + shlex.join(sys.argv)}
+
+
+def against_itself(method: str, authors: Path, folder: Path, split: str,
+                   options: argparse.Namespace) -> dict[str, Any]:
+    """The authors' code twice, the second time with its clients in another order
+    (``--against-itself N``: numpy seed ``N``): how far float rounding alone carries a run."""
+    clients = read_clients(folder)
+    runs = [authors_rounds(authors_algorithm(authors, method, clients, options), seed)
+            for seed in (SEED, options.against_itself)]
+    return {"method": METHODS[method][0], "authors_repo": "lxcnju/MAP",
+            "authors_commit": authors_commit(authors), "split": split,
+            "rounds": options.rounds, "order_seeds": [SEED, options.against_itself],
+            "per_round": [{"round": i + 1, "authors": a["personalized"],
+                           "authors_reordered": b["personalized"]}
+                          for i, (a, b) in enumerate(zip(*runs, strict=True))],
             "command": "python " + shlex.join(sys.argv)}
 
 
@@ -455,6 +473,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, default=0.5, help="the restricted softmax's a")
     parser.add_argument("--lamda", type=float, default=0.1, help="the weight of the KD term")
     parser.add_argument("--init-seed", type=int, default=0)
+    parser.add_argument("--against-itself", type=int, metavar="N", help="run the authors' "
+                        "code twice instead, its clients' order drawn with numpy seed 0, then N")
     parser.add_argument("--json", type=Path, help="write the result here (one method), or "
                         "into this folder as <method>.json (several)")
     options = parser.parse_args(argv)
@@ -475,8 +495,12 @@ def main(argv: list[str] | None = None) -> None:
         split = (write_cifar10_split(folder, options.data.resolve(), options) if options.data
                  else write_random_clients(folder, options))
         for method in options.methods:
-            result = compare(method, authors, folder, split, options, scratch)
-            print_result(result)
+            if options.against_itself is not None:
+                result = against_itself(method, authors, folder, split, options)
+                print(json.dumps(result["per_round"]))
+            else:
+                result = compare(method, authors, folder, split, options, scratch)
+                print_result(result)
             if options.json is not None:
                 path = (options.json / f"{method}.json" if len(options.methods) > 1
                         else options.json)

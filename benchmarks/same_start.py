@@ -66,6 +66,12 @@ def read_gpfl_output(path: Path) -> dict[str, Any]:
     return {"per_round": per_round, "rounds": len(per_round), "max_param_diff": gaps}
 
 
+def float_order_runs() -> list[tuple[str, dict[str, Any]]]:
+    """The authors' code against itself, its clients in another order (``float_order/``)."""
+    return [(path.name, json.loads(path.read_text()))
+            for path in sorted((RAW / "float_order").glob("*.json"))]
+
+
 def comparisons() -> list[tuple[str, dict[str, Any]]]:
     """Every comparison of the raw folder, by file name."""
     return [(path.name, read_comparison(path)) for path in sorted(RAW.glob("*.json"))]
@@ -174,6 +180,37 @@ def per_round_section(name: str, record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def float_order_section(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The authors' code against itself beside fedlight against the authors' code, over the
+    rounds both ran."""
+    runs = float_order_runs()
+    if not runs:
+        return []
+    by_method = {r["method"]: r for _, r in records}
+    lines = ["", "## Float rounding alone", "",
+             "The authors' code run twice on the same split from the same weights and batches, "
+             "the second time with numpy's seed of its client order changed (every client "
+             "joins each round, so only the order in which the uploads are summed differs), "
+             "beside fedlight against the authors' code over the same rounds "
+             "(`--against-itself`, files in [same_start/float_order/](same_start/float_order/)):",
+             "", "| method | rounds | authors against itself: largest difference (points) | "
+             f"within {THRESHOLD} through round | fedlight against the authors: largest "
+             f"difference over those rounds (points) | within {THRESHOLD} through round | "
+             "raw file |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, run in runs:
+        itself = {**run, "per_round": [{"round": r["round"], "fedlight": r["authors_reordered"],
+                                        "authors": r["authors"]} for r in run["per_round"]]}
+        ours = by_method.get(run["method"])
+        if ours is not None:
+            ours = {**ours, "per_round": ours["per_round"][:run["rounds"]]}
+        lines.append(f"| {run['method']} | {run['rounds']} | {points(largest_gap(itself))} | "
+                     f"{agrees_through(itself)} | "
+                     f"{'-' if ours is None else points(largest_gap(ours))} | "
+                     f"{'-' if ours is None else agrees_through(ours)} | "
+                     f"[{name}](same_start/float_order/{name}) |")
+    return lines
+
+
 def verdict(records: list[tuple[str, dict[str, Any]]]) -> str:
     within = [r["method"] for _, r in records if agrees(r)]
     beyond = [r["method"] for _, r in records if not agrees(r)]
@@ -211,6 +248,7 @@ def render() -> str:
         *choices_table(records),
         "",
         verdict(records),
+        *float_order_section(records),
         "",
         "## Per round",
     ]
