@@ -124,6 +124,13 @@ def prefers(chosen: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- rendering
+def split_text(split: str | dict[str, Any]) -> str:
+    """The split as its raw file describes it (a sentence, or a dict of settings)."""
+    if isinstance(split, dict):
+        return ", ".join(f"{key} {value}" for key, value in split.items())
+    return split
+
+
 def points(gap: tuple[float, int] | None) -> str:
     return "-" if gap is None else f"{gap[0]:.2f} (round {gap[1]})"
 
@@ -143,7 +150,7 @@ def summary_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
         lines.append(f"| {record['method']} | {record['authors_repo']} @ {commit} | "
                      f"{record['rounds']} | {points(largest_gap(record))} | {others} | "
                      f"{'yes' if agrees(record) else 'no'} | {agrees_through(record)} | "
-                     f"{diffs} | {record['split']} | [{name}](same_start/{name}) |")
+                     f"{diffs} | {split_text(record['split'])} | [{name}](same_start/{name}) |")
     return lines
 
 
