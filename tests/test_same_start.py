@@ -105,3 +105,21 @@ def test_learned_choices_are_compared_block_by_block(tmp_path, monkeypatch):
     assert "| M | A: shared | A: shared | yes |" in text
     assert "| N | A: shared | A: private | no |" in text
     assert "Same preferred blocks on both sides: M; different: N." in text
+
+
+def test_the_authors_code_against_itself_sits_beside_fedlight_over_the_same_rounds(
+        tmp_path, monkeypatch):
+    rows = [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+            {"round": 2, "fedlight": 52.0, "authors": 50.0},
+            {"round": 3, "fedlight": 60.0, "authors": 50.0}]
+    (tmp_path / "fedrs.json").write_text(json.dumps(record(rows, method="FedRS")))
+    (tmp_path / "float_order").mkdir()
+    (tmp_path / "float_order" / "fedrs.json").write_text(json.dumps({
+        "method": "FedRS", "rounds": 2, "per_round": [
+            {"round": 1, "authors": 50.0, "authors_reordered": 50.4},
+            {"round": 2, "authors": 50.0, "authors_reordered": 51.0}]}))
+    monkeypatch.setattr(same_start, "RAW", tmp_path)
+    text = same_start.render()
+    # itself: 1.00 at round 2, within 0.5 through round 1; fedlight over rounds 1-2 only
+    assert ("| FedRS | 2 | 1.00 (round 2) | 1 | 2.00 (round 2) | 1 | "
+            "[fedrs.json](same_start/float_order/fedrs.json) |") in text
