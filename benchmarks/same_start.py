@@ -205,8 +205,7 @@ def float_order_section(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
              f"difference over those rounds (points) | within {THRESHOLD} through round | "
              "raw file |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, run in runs:
-        itself = {**run, "per_round": [{"round": r["round"], "fedlight": r["authors_reordered"],
-                                        "authors": r["authors"]} for r in run["per_round"]]}
+        itself = reordered(run)
         ours = by_method.get(run["method"])
         if ours is not None:
             ours = {**ours, "per_round": ours["per_round"][:run["rounds"]]}
@@ -215,7 +214,24 @@ def float_order_section(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
                      f"{'-' if ours is None else points(largest_gap(ours))} | "
                      f"{'-' if ours is None else agrees_through(ours)} | "
                      f"[{name}](same_start/float_order/{name}) |")
+    for _, run in runs:
+        itself, ours = largest_gap(reordered(run)), by_method.get(run["method"])
+        if ours is None or itself is None:
+            continue
+        gap = largest_gap({**ours, "per_round": ours["per_round"][:run["rounds"]]})
+        closer = gap is not None and round(gap[0], 4) <= round(itself[0], 4)
+        lines += ["", f"Over those rounds fedlight's {run['method']} is "
+                  f"{'no farther from' if closer else 'farther from'} the authors' code than the "
+                  "authors' code is from itself with its uploads summed in another order."]
     return lines
+
+
+def reordered(run: dict[str, Any]) -> dict[str, Any]:
+    """The authors' code against itself as a comparison (the reordered run in fedlight's
+    place)."""
+    return {**run, "per_round": [
+        {"round": r["round"], "fedlight": r["authors_reordered"], "authors": r["authors"]}
+        for r in run["per_round"]]}
 
 
 def verdict(records: list[tuple[str, dict[str, Any]]]) -> str:
