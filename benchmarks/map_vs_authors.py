@@ -30,6 +30,12 @@ get the same arrays): ``--clients`` clients, each holding 2-5 classes drawn with
 and ``--train`` / ``--test`` images spread over them. ``--self-test`` instead runs random
 clients against a small fake of the authors' modules written here (what the test suite runs).
 
+``--authors-aggregation fedlight`` replaces, from outside, the authors' server's sum of the
+uploads (``update_global``: float32 products summed in their random client order) by
+fedlight's own ``weighted_mean`` (a float64 running sum in client-id order, each upload weighted
+by its training samples, one division, cast back to float32): whether that sum is the whole
+difference between the two runs.
+
     python benchmarks/map_vs_authors.py /work/authors/MAP --data /work/shared/data/cifar10 \\
         --rounds 20 --json benchmarks/results/same_start/map.json --methods map
 """
@@ -54,6 +60,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedlight.core.rules import weighted_mean
 from fedlight.core.seeding import derive_seed
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches
 
@@ -164,6 +171,7 @@ def authors_algorithm(authors: Path, method: str, clients: list[tuple[np.ndarray
     from networks.basic_classify_nets import get_basic_net
 
     base = getattr(module, METHODS[method][2])
+    samples = {i: float(len(c[1])) for i, c in enumerate(clients)}
 
     class Driven(base):  # type: ignore[misc, valid-type]
         """The authors' class, its loaders started each round, its clients scored."""
@@ -181,6 +189,18 @@ def authors_algorithm(authors: Path, method: str, clients: list[tuple[np.ndarray
             result = super().update_local_hpm(**kwargs)
             self.score(kwargs["r"], kwargs["model"], kwargs["test_loader"], result[1][-1])
             return result
+
+        def update_global(self, r: int, global_model: nn.Module, local_models: dict[Any, Any],
+                          weights: dict[Any, float]) -> None:
+            if options.authors_aggregation == "authors":
+                super().update_global(r, global_model, local_models, weights)
+                return
+            # fedlight's own mean: float64 running sum in client-id order, each upload
+            # weighted by its training samples, one division, cast back to float32
+            order = sorted(local_models)
+            mean = weighted_mean([local_models[c].state_dict() for c in order],
+                                 [samples[c] for c in order])
+            global_model.load_state_dict(mean, strict=False)
 
         def score(self, r: int, model: nn.Module, loader: Any, hpm: float | None) -> None:
             row = {"personalized": 100 * self.test(model, loader)[0]}
@@ -313,6 +333,7 @@ def compare(method: str, authors: Path, folder: Path, split: str, options: argpa
                      f"draw torch.manual_seed({options.init_seed})",
             "rounds": options.rounds, "per_round": per_round,
             "max_param_diff": model_differences(algorithm, trainer),
+            "authors_aggregation": options.authors_aggregation,
             "command": "python " + shlex.join(sys.argv)}
 
 
@@ -372,14 +393,18 @@ class Fake:
 
     def train(self):
         for r in range(1, self.args.max_round + 1):
-            uploads = []
+            uploads = {}
             for c in np.random.permutation(self.clients):
                 kw = dict(r=r, model=copy.deepcopy(self.model), train_loader=self.train_loaders[c],
                           test_loader=self.test_loaders[c])
-                uploads.append(self.local(c, kw))
-            state = {k: sum(u.state_dict()[k] for u in uploads) / len(uploads)
-                     for k in self.model.state_dict()}
-            self.model.load_state_dict(state)
+                uploads[c] = self.local(c, kw)
+            weights = {c: 1 / len(uploads) for c in uploads}
+            self.update_global(r, self.model, uploads, weights)
+
+    def update_global(self, r, global_model, local_models, weights):
+        state = {k: sum(weights[c] * m.state_dict()[k] for c, m in local_models.items())
+                 for k in global_model.state_dict()}
+        global_model.load_state_dict(state)
 
     def sgd(self, model, loader, r):
         optimizer = torch.optim.SGD(model.parameters(), lr=self.args.lr * min(r / 5, 1))
@@ -475,6 +500,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--init-seed", type=int, default=0)
     parser.add_argument("--against-itself", type=int, metavar="N", help="run the authors' "
                         "code twice instead, its clients' order drawn with numpy seed 0, then N")
+    parser.add_argument("--authors-aggregation", choices=("authors", "fedlight"),
+                        default="authors", help="the authors' server sums the uploads as "
+                        "their code does (float32, in their random client order), or as "
+                        "fedlight does (fedlight's weighted_mean: float64, client-id order, "
+                        "sample weights)")
     parser.add_argument("--json", type=Path, help="write the result here (one method), or "
                         "into this folder as <method>.json (several)")
     options = parser.parse_args(argv)

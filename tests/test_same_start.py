@@ -123,3 +123,48 @@ def test_the_authors_code_against_itself_sits_beside_fedlight_over_the_same_roun
     # itself: 1.00 at round 2, within 0.5 through round 1; fedlight over rounds 1-2 only
     assert ("| FedRS | 2 | 1.00 (round 2) | 1 | 2.00 (round 2) | 1 | "
             "[fedrs.json](same_start/float_order/fedrs.json) |") in text
+
+
+def test_the_authors_server_can_sum_the_uploads_as_fedlight_does(tmp_path):
+    from fedlight.core.rules import weighted_mean
+
+    options = map_vs_authors.parse(["--self-test", "--clients", "2", "--train", "6",
+                                    "--test", "2", "--authors-aggregation", "fedlight"])
+    map_vs_authors.write_fake_authors(tmp_path / "authors")
+    map_vs_authors.write_random_clients(tmp_path / "clients", options)
+    clients = map_vs_authors.read_clients(tmp_path / "clients")
+    algorithm = map_vs_authors.authors_algorithm(tmp_path / "authors", "fedrs", clients, options)
+    uploads = {}
+    for client in (1, 0):  # the authors' random order: fedlight's sum takes them by id
+        uploads[client] = map_vs_authors.copy.deepcopy(algorithm.model)
+        with torch.no_grad():
+            for parameter in uploads[client].parameters():
+                parameter.normal_()
+    # their weights are ignored: fedlight's are the training samples (6 each)
+    algorithm.update_global(1, algorithm.model, uploads, {1: 0.3, 0: 0.7})
+    expected = weighted_mean([uploads[0].state_dict(), uploads[1].state_dict()], [6.0, 6.0])
+    assert all(torch.equal(value, expected[key])
+               for key, value in algorithm.model.state_dict().items())
+
+
+def test_the_aggregation_section_says_whether_fedlights_sum_removes_the_drift(
+        tmp_path, monkeypatch):
+    drifting = [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+                {"round": 2, "fedlight": 53.0, "authors": 50.0}]
+    (tmp_path / "fedrs.json").write_text(json.dumps(record(drifting, method="FedRS")))
+    (tmp_path / "map.json").write_text(json.dumps(record(drifting, method="MAP")))
+    (tmp_path / "aggregation_as_fedlight").mkdir()
+    (tmp_path / "aggregation_as_fedlight" / "fedrs.json").write_text(json.dumps(record(
+        [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+         {"round": 2, "fedlight": 50.3, "authors": 50.0}], method="FedRS")))
+    (tmp_path / "aggregation_as_fedlight" / "map.json").write_text(json.dumps(record(
+        [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+         {"round": 2, "fedlight": 51.0, "authors": 50.0}], method="MAP")))
+    monkeypatch.setattr(same_start, "RAW", tmp_path)
+    text = same_start.render()
+    assert ("| FedRS | 2 | 1 | 3.00 (round 2) | 2 | 0.30 (round 2) | model 1.0e-06 | "
+            "[fedrs.json](same_start/aggregation_as_fedlight/fedrs.json) |") in text
+    assert "FedRS: with fedlight's sum on both sides, within 0.5" in text
+    assert "isolated to float rounding in the authors' aggregation" in text
+    assert "MAP: with fedlight's sum on both sides, still beyond 0.5" in text
+    assert "### FedRS, the authors' aggregation made fedlight's" in text
