@@ -140,7 +140,11 @@ def split_text(split: str | dict[str, Any]) -> str:
 
 
 def points(gap: tuple[float, int] | None) -> str:
-    return "-" if gap is None else f"{gap[0]:.2f} (round {gap[1]})"
+    if gap is None:
+        return "-"
+    if round(gap[0], 4) == 0:  # float noise of the means (1e-14) names no round
+        return "0.00 (every round)"
+    return f"{gap[0]:.2f} (round {gap[1]})"
 
 
 def summary_table(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
