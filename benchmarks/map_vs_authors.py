@@ -34,7 +34,8 @@ clients against a small fake of the authors' modules written here (what the test
 uploads (``update_global``: float32 products summed in their random client order) by
 fedlight's own ``weighted_mean`` (a float64 running sum in client-id order, each upload weighted
 by its training samples, one division, cast back to float32): whether that sum is the whole
-difference between the two runs.
+difference between the two runs. ``--authors-hpm-update fedlight`` (FedPHP) likewise computes
+their HPM update in fedlight's in-place arithmetic.
 
     python benchmarks/map_vs_authors.py /work/authors/MAP --data /work/shared/data/cifar10 \\
         --rounds 20 --json benchmarks/results/same_start/map.json --methods map
@@ -202,6 +203,18 @@ def authors_algorithm(authors: Path, method: str, clients: list[tuple[np.ndarray
                                  [samples[c] for c in order])
             global_model.load_state_dict(mean, strict=False)
 
+        def update_hpm(self, client: int, model: nn.Module, hpm: nn.Module, *rest: Any) -> Any:
+            if options.authors_hpm_update == "authors" or method != "fedphp":
+                return super().update_hpm(client, model, hpm, *rest)
+            # fedlight's arithmetic (MAP.on_round_end): in place, mu * hpm, then one fused
+            # add of (1 - mu) * model (the code rounds both products, then their sum)
+            mu = self.generate_mu(client)
+            with torch.no_grad():
+                new = model.state_dict()
+                for name, value in hpm.state_dict().items():
+                    value.mul_(mu).add_(new[name], alpha=1.0 - mu)
+            return hpm
+
         def score(self, r: int, model: nn.Module, loader: Any, hpm: float | None) -> None:
             row = {"personalized": 100 * self.test(model, loader)[0]}
             if hpm is not None:
@@ -334,6 +347,7 @@ def compare(method: str, authors: Path, folder: Path, split: str, options: argpa
             "rounds": options.rounds, "per_round": per_round,
             "max_param_diff": model_differences(algorithm, trainer),
             "authors_aggregation": options.authors_aggregation,
+            "authors_hpm_update": options.authors_hpm_update,
             "command": "python " + shlex.join(sys.argv)}
 
 
@@ -505,6 +519,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "their code does (float32, in their random client order), or as "
                         "fedlight does (fedlight's weighted_mean: float64, client-id order, "
                         "sample weights)")
+    parser.add_argument("--authors-hpm-update", choices=("authors", "fedlight"),
+                        default="authors", help="FedPHP: the authors' HPM update as their code "
+                        "computes it (mu * hpm + (1 - mu) * model, each product rounded), or in "
+                        "fedlight's in-place arithmetic (hpm.mul_(mu).add_(model, alpha=1 - mu))")
     parser.add_argument("--json", type=Path, help="write the result here (one method), or "
                         "into this folder as <method>.json (several)")
     options = parser.parse_args(argv)

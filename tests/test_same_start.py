@@ -167,4 +167,25 @@ def test_the_aggregation_section_says_whether_fedlights_sum_removes_the_drift(
     assert "FedRS: with fedlight's sum on both sides, within 0.5" in text
     assert "isolated to float rounding in the authors' aggregation" in text
     assert "MAP: with fedlight's sum on both sides, still beyond 0.5" in text
+    assert "its cause is still open." in text
     assert "### FedRS, the authors' aggregation made fedlight's" in text
+
+
+def test_a_drift_left_by_the_sum_is_read_from_the_run_with_fedlights_hpm_update(
+        tmp_path, monkeypatch):
+    drifting = [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+                {"round": 2, "fedlight": 53.0, "authors": 50.0}]
+    same = [{"round": 1, "fedlight": 50.0, "authors": 50.0},
+            {"round": 2, "fedlight": 50.0, "authors": 50.0}]
+    (tmp_path / "fedphp.json").write_text(json.dumps(record(drifting, method="FedPHP")))
+    (tmp_path / "aggregation_as_fedlight").mkdir()
+    (tmp_path / "aggregation_as_fedlight" / "fedphp.json").write_text(json.dumps(record(
+        drifting, method="FedPHP")))
+    (tmp_path / "aggregation_as_fedlight" / "fedphp_hpm.json").write_text(json.dumps(record(
+        same, method="FedPHP", authors_hpm_update="fedlight")))
+    monkeypatch.setattr(same_start, "RAW", tmp_path)
+    text = same_start.render()
+    assert "| FedPHP (and fedlight's HPM update) | 2 | 1 | 3.00 (round 2) | 2 | " in text
+    assert "the rest is the float rounding of the authors' HPM update" in text
+    assert "FedPHP: with fedlight's sum and fedlight's HPM update on both sides, within" in text
+    assert "its cause is still open." not in text
