@@ -216,26 +216,25 @@ def float_order_section(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
              f"within {THRESHOLD} through round | fedlight against the authors: largest "
              f"difference over those rounds (points) | within {THRESHOLD} through round | "
              "raw file |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    readings = []
     for name, run in runs:
         itself = reordered(run)
         ours = by_method.get(run["method"])
         if ours is not None:
             ours = {**ours, "per_round": ours["per_round"][:run["rounds"]]}
-        lines.append(f"| {run['method']} | {run['rounds']} | {points(largest_gap(itself))} | "
+        itself_gap, gap = largest_gap(itself), None if ours is None else largest_gap(ours)
+        lines.append(f"| {run['method']} | {run['rounds']} | {points(itself_gap)} | "
                      f"{agrees_through(itself)} | "
-                     f"{'-' if ours is None else points(largest_gap(ours))} | "
+                     f"{'-' if ours is None else points(gap)} | "
                      f"{'-' if ours is None else agrees_through(ours)} | "
                      f"[{name}](same_start/float_order/{name}) |")
-    for _, run in runs:
-        itself, ours = largest_gap(reordered(run)), by_method.get(run["method"])
-        if ours is None or itself is None:
+        if ours is None or itself_gap is None:
             continue
-        gap = largest_gap({**ours, "per_round": ours["per_round"][:run["rounds"]]})
-        closer = gap is not None and round(gap[0], 4) <= round(itself[0], 4)
-        lines += ["", f"Over those rounds fedlight's {run['method']} is "
-                  f"{'no farther from' if closer else 'farther from'} the authors' code than the "
-                  "authors' code is from itself with its uploads summed in another order."]
-    return lines
+        closer = gap is not None and round(gap[0], 4) <= round(itself_gap[0], 4)
+        readings += ["", f"Over those rounds fedlight's {run['method']} is "
+                     f"{'no farther from' if closer else 'farther from'} the authors' code than "
+                     "the authors' code is from itself with its uploads summed in another order."]
+    return lines + readings
 
 
 def aggregation_section(records: list[tuple[str, dict[str, Any]]]) -> list[str]:
