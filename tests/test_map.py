@@ -1,4 +1,5 @@
-"""MAP, FedRS and FedPHP (fedlight/clients/map.py): restricted softmax, HPM, schedule, resume."""
+"""MAP, FedRS and FedPHP (fedlight/clients/map.py, fedrs.py, fedphp.py): restricted softmax,
+HPM, schedule, resume."""
 
 import csv
 import math

@@ -1,6 +1,7 @@
 """MAP: Li, Zhan et al., "MAP: Model Aggregation and Personalization in Federated Learning with
 Incomplete Classes", IEEE TKDE 2024 (arXiv:2404.09232), and its two precursors by the same
-authors, FedRS (KDD 2021) and FedPHP (ECML-PKDD 2021), as ablations of it.
+authors, FedRS (KDD 2021) and FedPHP (ECML-PKDD 2021), as ablations of it (their classes:
+``fedlight/clients/fedrs.py``, ``fedlight/clients/fedphp.py``).
 
 Every client trains the shared full model in two phases. Phase 1 ("rs") uses the *restricted
 softmax*: the logit of every class the client never observed is scaled by ``a`` (Eq. 8), which
@@ -181,7 +182,7 @@ class MAP(RestrictedSoftmax, FederatedClient):
     ``rs_epochs``, ``personalize_epochs`` and ``personalize_lr_scale`` override the schedule's
     values when set (``personalize_epochs`` then counts whole epochs; 0 skips the phase;
     ``rs_epochs: 0`` with ``personalize_epochs >= 1`` skips phase 1, and the upload is then the
-    personalized model: the original FedPHP, see :class:`FedPHP`).
+    personalized model: the original FedPHP, see :class:`~fedlight.clients.fedphp.FedPHP`).
 
     ``L_kt``: ``"kd"`` (Eq. 11, ``tau^2 * mean KL(softmax(g_hpm / tau) || softmax(g / tau))``,
     ``tau = 4``) or ``"mmd"`` (Eq. 12, between the encoder outputs of the model and of the HPM,
@@ -489,35 +490,6 @@ class MAP(RestrictedSoftmax, FederatedClient):
         if self.hpm is not None:
             outputs["hpm"] = self.hpm(x)
         return outputs
-
-
-class FedRS(MAP):
-    """FedRS as MAP's ablation "RS only" (Li & Zhan, "FedRS: Federated Learning with Restricted
-    Softmax for Label Distribution Non-IID Data", KDD 2021): MAP with ``kt="none"``, no HPM.
-
-    Phase 1 trains with the restricted softmax (the upload), phase 2 fine-tunes with the plain
-    softmax (the personalized model). The original FedRS (all ``E`` epochs restricted, the
-    local model is the personalized one) is ``rs_epochs: E, personalize_epochs: 0``; its soft
-    rule is ``rs_mode: soft``. Every argument is :class:`MAP`'s.
-    """
-
-    def __init__(self, kt: str = "none", **kwargs: Any) -> None:
-        super().__init__(kt=kt, **kwargs)
-
-
-class FedPHP(MAP):
-    """FedPHP as MAP's ablation "HPM only" (Li, Zhan et al., "FedPHP: Federated Personalization
-    with Inherited Private Models", ECML-PKDD 2021): MAP with ``rs_alpha=1`` (plain softmax).
-
-    Phase 1 is plain CE (the upload), phase 2 ``(1 - lamda) CE + lamda L_kt`` against the HPM.
-    Unlike the original FedPHP, which uploads the model after the distillation, the upload is
-    the phase-1 model. The original (the authors' ``algorithms/fedphp.py``: every local step
-    distills, the distilled model is the upload) is ``rs_epochs: 0, personalize_epochs: E,
-    personalize_lr_scale: 1``. Every argument is :class:`MAP`'s.
-    """
-
-    def __init__(self, rs_alpha: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(rs_alpha=rs_alpha, **kwargs)
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
