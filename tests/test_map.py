@@ -14,8 +14,8 @@ from fedlight.clients.map import (
     kd_loss,
     kd_loss_code,
     mmd_loss,
-    restricted_softmax_scales,
 )
+from fedlight.clients.restricted_softmax import restricted_softmax_scales
 from fedlight.core.client import upload_phase
 from fedlight.core.messages import TrainTask
 from fedlight.core.seeding import derive_seed

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedlight.clients._common import parameter_mirror
 from fedlight.clients.base import FederatedClient
+from fedlight.clients.method_state import parameter_mirror
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 

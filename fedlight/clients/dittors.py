@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import Tensor
 
-from fedlight.clients._restricted import RestrictedSoftmax
 from fedlight.clients.ditto import Ditto
+from fedlight.clients.restricted_softmax import RestrictedSoftmax
 
 
 class DittoRS(RestrictedSoftmax, Ditto):

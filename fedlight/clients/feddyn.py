@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedlight.clients._common import parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient
+from fedlight.clients.method_state import parameter_mirror, received_parameters
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import State
 from fedlight.federation.server.mean import WeightedMean

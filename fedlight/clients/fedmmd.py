@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlight.clients._common import frozen_copy
 from fedlight.clients.base import FederatedClient
 from fedlight.clients.map import mmd_loss
+from fedlight.clients.method_state import frozen_copy
 from fedlight.core.errors import ConfigError
 
 

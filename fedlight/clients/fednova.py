@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from fedlight.clients._common import StepCounter
 from fedlight.clients.base import FederatedClient
+from fedlight.clients.method_state import StepCounter
 from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report, State, WeightedSum

@@ -27,11 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlight.clients._restricted import RestrictedSoftmax
-from fedlight.clients._restricted import (  # re-exported: MAP's Eq. 8 lives there now
-    restricted_softmax_scales as restricted_softmax_scales,
-)
 from fedlight.clients.base import FederatedClient, weighted_mean
+from fedlight.clients.restricted_softmax import RestrictedSoftmax
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlight.clients._common import frozen_copy
 from fedlight.clients.base import FederatedClient
+from fedlight.clients.method_state import frozen_copy
 from fedlight.core.errors import ConfigError
 
 

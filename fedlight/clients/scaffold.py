@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedlight.clients._common import StepCounter, parameter_mirror, received_parameters
 from fedlight.clients.base import FederatedClient
+from fedlight.clients.method_state import StepCounter, parameter_mirror, received_parameters
 from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report, WeightedSum

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from fedlight.clients._restricted import RestrictedSoftmax
+from fedlight.clients.restricted_softmax import RestrictedSoftmax
 from fedlight.clients.scaffold import SCAFFOLD
 
 

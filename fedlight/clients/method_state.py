@@ -1,4 +1,5 @@
-"""Pieces several baseline clients share (not a client: this module defines no method).
+"""State several methods keep, in pieces they share (not a client: this module defines no
+method).
 
 * parameter_mirror: a module of zero buffers shaped like a client's parameters, under the same
   names (SCAFFOLD's control variate, FedDyn's gradient state), so a method keeps per-parameter
