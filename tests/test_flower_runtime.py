@@ -6,10 +6,9 @@ fedlight fit's for FedAvg and FedPer with the same seed; a SuperNode whose key i
 registered is refused (and the run goes on without it); a SuperNode without TLS never
 connects; secure aggregation (SecAgg+) on the deployment gives fit's metrics within its
 quantization; SuperNodes sending each kind of bad update (tests/flower_hostile/) are refused,
-each recorded in refused.json; a SuperNode stopped during a round is counted as dropped and
-the run goes on;
-restarted, it reads back its private state; a run stopped with flwr stop resumes with
---ckpt_path last.
+each recorded in refused.json; a SuperNode stopped while it holds a round's task
+(tests/flower_stalling/) is counted as dropped and the run goes on; restarted, it reads back
+its private state; a run stopped with flwr stop resumes with --ckpt_path last.
 
 Every wait is bounded; every process is stopped at the end."""
 
@@ -234,15 +233,16 @@ def exit_code(process: subprocess.Popen) -> int:
     return wait_for(lambda: process.poll() is not None, "the process ending") and process.poll()
 
 
-# First on the fresh federation: run after the other tests of this file, no client dropped
-# out of round 2 (twice, 'dropped' absent); on a fresh federation it passes. Cause not found.
 def test_fedper_on_flower_with_a_supernode_stopped_and_restarted(federation, tmp_path):
     config = "fedper/mnist5k_dirichlet.yaml"
     overrides = [*COMMON, "--trainer.rounds", "3", "--trainer.eval_every", "1"]
-    federation.submit(config, [*overrides, "--trainer.default_root_dir", str(tmp_path / "runs")])
+    stalled = tmp_path / "stalled"  # written by client 2's ClientApp once it holds round 2
+    federation.submit(config, [*overrides, "--trainer.default_root_dir", str(tmp_path / "runs")],
+                      f"stall-client=2 stall-round=1 stall-marker='{stalled}'",
+                      app=ROOT / "tests" / "flower_stalling")
     folder = run_folder(tmp_path / "runs")
-    wait_for(lambda: len(rows(folder)) >= 1, "round 1", timeout=2 * WAIT)
-    federation.stop("supernode-2")  # round 2 is under way: client 2 drops out of it
+    wait_for(stalled.is_file, "client 2 taking round 2's task", timeout=2 * WAIT)
+    federation.stop("supernode-2")  # it holds round 2's task: client 2 drops out of round 2
     federation.start_supernode(2)  # found before round 3, which it trains from its state
     summary = wait_for(lambda: finished(folder), "the run finishing", timeout=2 * WAIT)
     got = rows(folder)
