@@ -12,6 +12,7 @@ from torch import nn
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, image_shape
 from fedlight.models.cnn import fc_backbone
+from fedlight.models.zoo import register_backbone
 
 # (out_channels, kernel, stride, padding) of each convolution; a max-pool (3x3, stride 2)
 # follows the ones marked True. torchvision's AlexNet widths, as FedBN's code.
@@ -51,6 +52,7 @@ def _conv_stack(in_channels: int) -> nn.Sequential:
     return nn.Sequential(layers)
 
 
+@register_backbone
 def alexnet_bn(
     input_shape: Sequence[int],
     num_classes: int,

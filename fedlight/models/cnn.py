@@ -18,6 +18,7 @@ from torch import nn
 
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape, image_shape
+from fedlight.models.zoo import register_backbone
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ FEDAVG_CNN: tuple[LayerSpec, ...] = (Conv(32, 5), POOL, Conv(64, 5), POOL)
 TF_CNN: tuple[LayerSpec, ...] = (Conv(32, 3), POOL, Conv(64, 3), POOL, Conv(64, 3))
 
 
+@register_backbone
 def cnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
     """The 4-layer CNN of FedAvg / GPFL ("FedAvgCNN"), no padding, no BatchNorm.
 
@@ -168,6 +170,7 @@ def cnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
     return conv_backbone("cnn", input_shape, num_classes, FEDAVG_CNN, fc_dims=(512,))
 
 
+@register_backbone
 def cnn_bn(input_shape: Sequence[int], num_classes: int) -> Backbone:
     """``cnn`` with BatchNorm: BN2d after each conv, BN1d after the FC, each before its ReLU.
 
@@ -186,6 +189,7 @@ def cnn_bn(input_shape: Sequence[int], num_classes: int) -> Backbone:
 DIGIT_CNN: tuple[LayerSpec, ...] = (Conv(64, 5, 2), POOL, Conv(64, 5, 2), POOL, Conv(128, 5, 2))
 
 
+@register_backbone
 def digit_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = False
               ) -> Backbone:
     """The digits CNN of FedBN (Li et al., ICLR 2021), which FedPick runs on Digits-Five.
@@ -210,6 +214,7 @@ def digit_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = 
                          batch_norm=True, all_fc_head=all_fc_head)
 
 
+@register_backbone
 def lenet(input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (120, 84),
           feature_relu: bool = True) -> Backbone:
     """LeNet-5: Conv(C, 6, 5) ReLU MaxPool, Conv(6, 16, 5) ReLU MaxPool, FC 120, FC 84, head.
@@ -234,6 +239,7 @@ def lenet(input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = 
     return backbone
 
 
+@register_backbone
 def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
     """The TensorFlow-tutorial CNN MAP runs on CIFAR-10 ("TFCNN").
 
@@ -248,6 +254,7 @@ def tfcnn(input_shape: Sequence[int], num_classes: int) -> Backbone:
 FEMNIST_CNN: tuple[LayerSpec, ...] = (Conv(32, 5, 2), POOL, Conv(64, 5, 2), POOL)
 
 
+@register_backbone
 def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool = False,
                 fc_dims: Sequence[int] = (512,)) -> Backbone:
     """FeMnistNet, the FEMNIST CNN of "Aggregate or Not?" (Li et al., arXiv:2107.11954, Fig. 4).
@@ -271,6 +278,7 @@ def femnist_cnn(input_shape: Sequence[int], num_classes: int, all_fc_head: bool 
                          fc_dims=tuple(fc_dims), all_fc_head=all_fc_head)
 
 
+@register_backbone
 def mlp(
     input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200, 200)
 ) -> Backbone:
@@ -288,6 +296,7 @@ def mlp(
     return _perceptron("mlp", input_shape, num_classes, hidden)
 
 
+@register_backbone
 def mlp3(
     input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (1000, 500, 100)
 ) -> Backbone:

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from torch import nn
 
 from fedlight.models.backbone import Backbone, image_shape
+from fedlight.models.zoo import register_backbone
 
 
+@register_backbone
 def resnet18(input_shape: Sequence[int], num_classes: int) -> Backbone:
     """ResNet-18 with a small-image stem, randomly initialized (no pretrained weights).
 

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, image_shape
+from fedlight.models.zoo import register_backbone
 
 SHORTCUTS = ("projection", "padding")
 STAGE_WIDTHS = (16, 32, 64)
@@ -87,6 +88,7 @@ def cifar_resnet(
     return Backbone(encoder, in_channels, num_classes, shape, name=name, channels_last=True)
 
 
+@register_backbone
 def resnet20(
     input_shape: Sequence[int], num_classes: int, shortcut: str = "projection"
 ) -> Backbone:
@@ -108,6 +110,7 @@ def resnet20(
     return cifar_resnet("resnet20", 20, input_shape, num_classes, shortcut)
 
 
+@register_backbone
 def resnet56(
     input_shape: Sequence[int], num_classes: int, shortcut: str = "projection"
 ) -> Backbone:

@@ -11,6 +11,7 @@ from torch import nn
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape
 from fedlight.models.cnn import POOL, Conv, LayerSpec, fc_backbone, spatial_size
+from fedlight.models.zoo import register_backbone
 
 HAR_CNN: tuple[LayerSpec, ...] = (Conv(32, 9), POOL, Conv(64, 9), POOL)
 
@@ -28,6 +29,7 @@ def _temporal_layers(in_channels: int, spec: Sequence[LayerSpec]) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
+@register_backbone
 def har_cnn(
     input_shape: Sequence[int],
     num_classes: int,

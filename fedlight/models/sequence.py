@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape
+from fedlight.models.zoo import register_backbone
 
 PADDING_ID = 0
 
@@ -68,6 +69,7 @@ class MeanEmbedding(nn.EmbeddingBag):
         return f"{super().extra_repr()}, count_padding={self.count_padding}"
 
 
+@register_backbone
 def fasttext(
     input_shape: Sequence[int],
     num_classes: int,
@@ -114,6 +116,7 @@ class LSTMLayer(nn.Module):
         return outputs[:, -1] if self.last_step_only else outputs
 
 
+@register_backbone
 def char_lstm(
     input_shape: Sequence[int],
     num_classes: int,

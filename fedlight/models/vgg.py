@@ -23,6 +23,7 @@ from fedlight.models.cnn import (
     conv_output_shape,
     fc_layers,
 )
+from fedlight.models.zoo import register_backbone
 
 VGG8_CFG: tuple[int | str, ...] = (64, POOL, 128, POOL, 256, POOL, 512, POOL, 512, POOL)
 """MAP's VGG8 (``VGG(8)`` in the authors' ``networks/basic_classify_nets.py``)."""
@@ -48,6 +49,7 @@ def _vgg_spec(cfg: Sequence[int | str]) -> tuple[LayerSpec, ...]:
     return tuple(POOL if c == POOL else Conv(c, 3, padding=1) for c in cfg)
 
 
+@register_backbone
 def vgg8(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()) -> Backbone:
     """MAP's VGG8: five 3x3 conv layers 64, M, 128, M, 256, M, 512, M, 512, M, no BatchNorm.
 
@@ -63,12 +65,14 @@ def vgg8(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = 
     return conv_backbone("vgg8", input_shape, num_classes, _vgg_spec(VGG8_CFG), tuple(fc_dims))
 
 
+@register_backbone
 def vgg8_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()) -> Backbone:
     """``vgg8`` with BatchNorm2d after every conv (and BatchNorm1d after any hidden FC)."""
     spec = _vgg_spec(VGG8_CFG)
     return conv_backbone("vgg8_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
 
 
+@register_backbone
 def vgg11_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()
              ) -> Backbone:
     """VGG11 with BatchNorm after every conv, as MAP trains it on CIFAR-10 (Fig. 6).
@@ -85,6 +89,7 @@ def vgg11_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int
     return conv_backbone("vgg11_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
 
 
+@register_backbone
 def vgg16_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int] = ()
              ) -> Backbone:
     """VGG16 with BatchNorm after every conv, as MAP trains it on CIFAR-100 (Fig. 7).
@@ -101,6 +106,7 @@ def vgg16_bn(input_shape: Sequence[int], num_classes: int, fc_dims: Sequence[int
     return conv_backbone("vgg16_bn", input_shape, num_classes, spec, tuple(fc_dims), True)
 
 
+@register_backbone
 def vgg11(
     input_shape: Sequence[int],
     num_classes: int,
