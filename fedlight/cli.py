@@ -26,7 +26,8 @@ from jsonargparse import ActionConfigFile, Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
-import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
+import fedlight.privacy  # noqa: F401  (DLGProbe for short names)
+import fedlight.server  # noqa: F401  (every server rule for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.compat import LightningCLISteps
 from fedlight.config import add_run_arguments, instantiate_run

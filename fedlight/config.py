@@ -16,7 +16,8 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser
 
 import fedlight.clients  # noqa: F401  (registers every client class for short names)
-import fedlight.privacy  # noqa: F401  (DLGProbe, DPFedAvg for short names)
+import fedlight.privacy  # noqa: F401  (DLGProbe for short names)
+import fedlight.server  # noqa: F401  (every server rule for short names)
 from fedlight.clients.base import FederatedClient
 from fedlight.core.paths import ConfigPath
 from fedlight.core.rules import ServerRule

@@ -1,6 +1,7 @@
 """The import direction of docs/architecture.md: fedlight's packages import one another one way
-(no cycle, between packages or between modules), fedlight.core imports nothing else of
-fedlight, and no package hides an import behind a module __getattr__."""
+(each only packages of the layers below it, no cycle, between packages or between modules),
+fedlight.core imports nothing else of fedlight, and no package hides an import behind a module
+__getattr__."""
 
 from __future__ import annotations
 
@@ -11,9 +12,29 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedlight"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
-#: Generic server rules are a package of their own, below the client methods (SCAFFOLD's rule
-#: derives from FedAvgM); the rest of fedlight.federation sits above the clients.
-OWN_NODES = ("fedlight.federation.server",)
+#: fedlight's packages (and top-level modules) from the bottom up: a package imports only
+#: packages of the layers below its own. The server rules sit below the client methods
+#: (SCAFFOLD's rule derives from FedAvgM), the orchestrator above them.
+LAYER_NAMES = (
+    ("core",),
+    ("compat",),
+    ("plotting",),
+    ("data", "models"),
+    ("server",),
+    ("clients",),
+    ("federation",),
+    ("privacy",),
+    ("errors",),
+    ("config",),
+    ("flower",),
+    ("analysis", "report"),
+    ("sweep",),
+    ("cli",),
+    ("console",),
+    ("__main__",),
+)
+LAYERS = (*(frozenset(f"fedlight.{name}" for name in layer) for layer in LAYER_NAMES),
+          frozenset({"fedlight"}))  # the package's own __init__ on top
 
 
 def module_name(path: Path) -> str:
@@ -23,9 +44,6 @@ def module_name(path: Path) -> str:
 
 def package_of(module: str) -> str:
     """The graph node of a module: fedlight.<package> (or a top-level module itself)."""
-    for node in OWN_NODES:
-        if module == node or module.startswith(node + "."):
-            return node
     return ".".join(module.split(".")[:2])
 
 
@@ -84,6 +102,32 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+def layer_of(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_has_a_layer():
+    assert set(package_graph()) - set().union(*LAYERS) == set()
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Every (package, imported package) of ``graph`` whose import runs to the package's own
+    layer or a layer above it."""
+    return {(package, target) for package, targets in graph.items() for target in targets
+            if layer_of(target) >= layer_of(package)}
+
+
+def test_no_import_runs_back_up():
+    assert upward_imports(package_graph()) == set()
+
+
+def test_the_layer_check_finds_an_import_that_runs_back_up():
+    graph = {"fedlight.clients": {"fedlight.server", "fedlight.federation"},
+             "fedlight.data": {"fedlight.models"}, "fedlight.server": {"fedlight.core"}}
+    assert upward_imports(graph) == {("fedlight.clients", "fedlight.federation"),
+                                     ("fedlight.data", "fedlight.models")}
 
 
 def test_packages_import_each_other_one_way():

@@ -56,9 +56,9 @@ CASES = {
                              "did you mean 'fedlight.clients.GPFL'?"),
     "typo in a server rule": (["--server", "TrimedMean"], "server: unknown class 'TrimedMean'; "
                               "valid: ", "did you mean 'TrimmedMean'?"),
-    "typo in a server class path": (["--server", "fedlight.federation.server.TrimedMean"],
+    "typo in a server class path": (["--server", "fedlight.server.TrimedMean"],
                                     "server: unknown class", "did you mean "
-                                    "'fedlight.federation.server.TrimmedMean'?"),
+                                    "'fedlight.server.TrimmedMean'?"),
     "abbreviated option": (["--trainer.round", "2"], "--trainer.round 2; options are never "
                            "abbreviated; did you mean 'trainer.rounds'?"),
 }
@@ -219,9 +219,9 @@ def test_fit_help_lists_logger_values_run_options_and_classes_a_user_can_pass(
     assert "\nrun options:\n  --ckpt_path" in out and "return its summary:" not in out
     assert "\nThe method: --model NAME" in out and "Base class of every" not in out
     listed = re.findall(r"fedlight(?:\.\w+)+", text.split("known subclasses: ", 1)[1])
-    assert "fedlight.clients.GPFL" in listed and "fedlight.federation.server.FedAdam" in listed
+    assert "fedlight.clients.GPFL" in listed and "fedlight.server.FedAdam" in listed
     for base in ("fedlight.clients.FederatedClient", "fedlight.federation.probes.Probe",
-                 "fedlight.federation.server.ServerRule", "ServerOptimizer",
+                 "fedlight.server.ServerRule", "ServerOptimizer",
                  "AdaptiveServerOptimizer", "GatheringRule"):
         assert base not in text
     whole_on_a_line = {name for line in out.splitlines()

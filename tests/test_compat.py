@@ -88,7 +88,7 @@ def test_jsonargparse_help_writes_types_and_known_subclasses_as_compat_reads_the
     text = " ".join(capsys.readouterr().out.split())
     assert "(type: Literal['samples', 'uniform'], default: samples)" in text
     listed = re.search(r"known subclasses: ([^)]*)\)", text)
-    assert listed is not None and "fedlight.federation.server.FedAdam" in listed.group(1)
+    assert listed is not None and "fedlight.server.FedAdam" in listed.group(1)
     assert readable_type("Union[Literal['a', 'b'], list[Literal['a', 'b']], bool]") == (
         "{a,b} | list[{a,b}] | bool")
 

@@ -21,7 +21,6 @@ from fedlight.cli import FedlightCLI, main  # noqa: E402
 from fedlight.config import read_config  # noqa: E402
 from fedlight.core.messages import TrainTask  # noqa: E402
 from fedlight.federation.processes import cpus  # noqa: E402
-from fedlight.federation.server.mean import WeightedMean  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
 from fedlight.flower.client import ClientNode  # noqa: E402
 from fedlight.flower.codec import decode_task, encode_task, unpack, unpack_scores  # noqa: E402
@@ -34,6 +33,7 @@ from fedlight.flower.simulate import (  # noqa: E402
     simulate,
     without_engine_notes,
 )
+from fedlight.server.mean import WeightedMean  # noqa: E402
 from tests.metric_rows import assert_same_rows  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -10,16 +10,13 @@ from torch import nn
 
 from fedlight.clients import FedAvg
 from fedlight.privacy import (
-    ClientLevelDP,
     DLGProbe,
-    DPFedAvg,
     client_leakage,
     dlg_attack,
     evaluate_client_leakage,
-    noise_generator,
     psnr,
-    update_norm,
 )
+from fedlight.server.dp import ClientLevelDP, DPFedAvg, noise_generator, update_norm
 from tests.conftest import tiny_data, tiny_trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

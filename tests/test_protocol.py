@@ -12,8 +12,8 @@ from fedlight.core.messages import ClientFailure
 from fedlight.core.seeding import drop_clients
 from fedlight.federation.engines.local import LocalEngine
 from fedlight.federation.protocol import RoundProtocol
-from fedlight.federation.server import FedAdam
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server import FedAdam
+from fedlight.server.mean import WeightedMean
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 

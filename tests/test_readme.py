@@ -114,7 +114,7 @@ def test_extending_guide_examples_run(tmp_path):
 def test_the_readme_names_exactly_the_methods_dp_does_not_wrap():
     from fedlight.clients import CLIENTS
     from fedlight.federation.build import resolve_rule
-    from fedlight.privacy import DPFedAvg
+    from fedlight.server import DPFedAvg
     from tests.conftest import make_client
 
     refused = []

@@ -26,9 +26,9 @@ from fedlight.federation.processes import cpus
 from fedlight.federation.processes.collectives import balanced_owners
 from fedlight.federation.processes.cpus import resolve_auto_devices
 from fedlight.federation.processes.fabric import FederatedDDPStrategy, make_fabric
-from fedlight.federation.server import CoordinateMedian, FedAdam
 from fedlight.federation.state.stores import DiskClientStore, MemoryClientStore, make_store
 from fedlight.federation.trainer import FederatedTrainer
+from fedlight.server import CoordinateMedian, FedAdam
 from tests.conftest import tiny_data, tiny_trainer
 
 TWO = {"devices": 2, "strategy": "ddp_fork"}

@@ -12,7 +12,7 @@ from fedlight.clients import FedAvg
 from fedlight.clients.fedproto import PrototypeMean
 from fedlight.core.rules import Report, ServerContext, SingleProcess
 from fedlight.federation.build import resolve_rule
-from fedlight.federation.server import (
+from fedlight.server import (
     CoordinateMedian,
     DPFedAvg,
     FedAdagrad,

@@ -34,8 +34,8 @@ from torch import Tensor, nn
 from fedlight.core.client import ClientContext, Partition, Phase, Upload, resolve_partition
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import ServerRule
-from fedlight.federation.server.mean import WeightedMean
 from fedlight.models import BACKBONES, build_backbone
+from fedlight.server.mean import WeightedMean
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 

@@ -20,7 +20,7 @@ import torch
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import ServerContext, State
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 HEAD_WEIGHT = "model.head.weight"
 

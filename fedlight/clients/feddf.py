@@ -37,7 +37,7 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report, ServerContext, State, WeightedSum
 from fedlight.core.seeding import derive_seed
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 _DISTILL_STREAM = 0xFEDDF  # keeps the server's draws apart from every client's (seed, round, id)
 

@@ -24,7 +24,7 @@ from fedlight.clients.base import FederatedClient
 from fedlight.clients.method_state import parameter_mirror, received_parameters
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import State
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 
 class FedDyn(FederatedClient):

@@ -24,7 +24,7 @@ from fedlight.clients.method_state import StepCounter
 from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report, State, WeightedSum
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 
 def step_coefficient_norm(steps: int, momentum: float = 0.0) -> float:

@@ -23,7 +23,7 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 PREDICT_BY = ("head", "prototype")
 CHUNK = 512  # samples per forward pass when computing prototypes

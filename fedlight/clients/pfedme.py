@@ -24,7 +24,7 @@ from torch.func import functional_call
 
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
-from fedlight.federation.server.fedopt import FedAvgM
+from fedlight.server.fedopt import FedAvgM
 
 
 class PFedMe(FederatedClient):

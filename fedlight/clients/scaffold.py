@@ -27,7 +27,7 @@ from fedlight.clients.method_state import StepCounter, parameter_mirror, receive
 from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import Collectives, Report, WeightedSum
-from fedlight.federation.server.fedopt import FedAvgM
+from fedlight.server.fedopt import FedAvgM
 
 OPTIONS = ("I", "II")
 CHUNK = 512  # samples per forward pass of the option-I gradient

@@ -69,10 +69,10 @@ from fedlight.core.client import Upload
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientFailure, ClientResult, Score, TrainTask
 from fedlight.core.rules import ServerRule, aggregation_weight
-from fedlight.federation.server.dp import DPFedAvg
-from fedlight.federation.server.fedopt import ServerOptimizer
-from fedlight.federation.server.mean import WeightedMean
 from fedlight.flower.codec import pack, unpack
+from fedlight.server.dp import DPFedAvg
+from fedlight.server.fedopt import ServerOptimizer
+from fedlight.server.mean import WeightedMean
 
 TASK = "fedlight-task"  # the TrainTask, in the fit instructions' config
 RESULT = "fedlight-result"  # the clear part of the result, in the fit result's metrics
@@ -163,7 +163,7 @@ def secure_reply(task: TrainTask, result: ClientResult, weighting: str,
                           "aggregation cannot sum; turn secure-aggregation off")
     update = {k: result.upload.state[k].double() - v.double() for k, v in task.shared.items()}
     if clip_norm is not None:
-        from fedlight.federation.server.dp import ClientLevelDP
+        from fedlight.server.dp import ClientLevelDP
 
         update = ClientLevelDP(clip_norm, 0.0).clip(update)
     weight = aggregation_weight(result.upload.weight, weighting)

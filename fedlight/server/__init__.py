@@ -14,10 +14,10 @@ in their method's file under fedlight/clients/.
 
 from __future__ import annotations
 
-from fedlight.federation.server.dp import DPFedAvg
-from fedlight.federation.server.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
-from fedlight.federation.server.mean import WeightedMean
-from fedlight.federation.server.robust import CoordinateMedian, Krum, TrimmedMean
+from fedlight.server.dp import DPFedAvg
+from fedlight.server.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
+from fedlight.server.mean import WeightedMean
+from fedlight.server.robust import CoordinateMedian, Krum, TrimmedMean
 
 __all__ = ["CoordinateMedian", "DPFedAvg", "FedAdagrad", "FedAdam", "FedAvgM", "FedYogi", "Krum",
            "TrimmedMean", "WeightedMean"]

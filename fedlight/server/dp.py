@@ -71,7 +71,7 @@ from fedlight.core.rules import (
     ServerRule,
     State,
 )
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 _DP_STREAM = 0x44505F4E  # tags the noise stream apart from the (seed, round, client) streams
 

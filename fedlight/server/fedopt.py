@@ -34,7 +34,7 @@ from torch import Tensor
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import State
-from fedlight.federation.server.mean import WeightedMean
+from fedlight.server.mean import WeightedMean
 
 
 class ServerOptimizer(WeightedMean):
