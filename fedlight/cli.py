@@ -32,7 +32,10 @@ from fedlight.clients.base import FederatedClient
 from fedlight.compat import LightningCLISteps
 from fedlight.config import add_run_arguments, instantiate_run
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.data.pfllib import export_pfllib
+from fedlight.data.moved import check_data_section
+from fedlight.data.partitions import as_partition
+from fedlight.data.partitions.from_file import FromFile
+from fedlight.data.sources.pfllib import export_pfllib
 from fedlight.errors import (
     USER_ERRORS,
     CommandParser,
@@ -162,14 +165,13 @@ def export_partition(argv: list[str]) -> None:
     train_batch = (config.get("trainer") or {}).get("batch_size")
     if train_batch:  # PFLlib's config.json records the batch size the run trains with
         data_config["batch_size"] = train_batch
-    partition = data_config.get("partition", "dirichlet")
+    check_data_section(data_config)
+    scheme = data_config.get("partition")  # config.json names the scheme, not FromFile
     if source.is_dir():  # the recorded split exactly (its train lists exclude validation)
-        data_config.update(partition="file", partition_file=str(source / "partition.json"),
-                           val_fraction=0.0)
+        data_config.update(partition=FromFile(source / "partition.json"), val_fraction=0.0)
     datamodule = FederatedDataModule(**data_config)
-    datamodule.setup()
-    datamodule.partition = partition  # config.json names the split's partition, not "file"
-    folder = export_pfllib(datamodule, options.out_dir)
+    folder = export_pfllib(datamodule, options.out_dir,
+                           None if scheme is None else as_partition(scheme))
     print(f"wrote a PFLlib dataset folder to {folder}")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
+import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from fedlight.compat import FedlightHelpFormatter, ParserError, read_parser_error
@@ -111,8 +112,6 @@ def config_files(args: Any) -> list[str]:
 def file_naming(key: str, files: Iterable[str]) -> str | None:
     """The last of ``files`` (a later file overrides an earlier one) whose YAML holds the
     dotted option ``key`` (``data.bta``), or None."""
-    import yaml
-
     found = None
     for file in files:
         try:
@@ -199,6 +198,9 @@ def parsed_message(error: BaseException) -> str:
     syntax = yaml_syntax_error(files) if parsed.yaml_syntax else None
     if syntax is not None:
         return syntax
+    moved = moved_data_option(parsed, key, files)
+    if moved is not None:
+        return moved
     if parsed.unknown_class and (key == "model" or parsed.reason.startswith("--model")):
         return unknown_model(parsed.unknown_class)
     if parsed.missing_file:
@@ -215,6 +217,26 @@ def parsed_message(error: BaseException) -> str:
     if parsed.expected is not None:
         return f"{prefix}expected a {parsed.expected}, got {parsed.value!r}"
     return prefix + parsed.reason + _suggestion(parsed)
+
+
+def moved_data_option(parsed: ParserError, key: str, files: Iterable[str]) -> str | None:
+    """The one line naming the new form of an option of the data section's flat form
+    (``data.beta``, ``data.source: cifar10``; fedlight.data.moved), with its value where a
+    config file gives it; None for any other error."""
+    from fedlight.data.moved import moved_message
+
+    option = parsed.unknown_option or (key if parsed.unknown_class else "")
+    if not option.startswith("data."):
+        return None
+    if parsed.unknown_class:
+        return moved_message(option, parsed.unknown_class)
+    file = file_naming(option, files)
+    if file is None:
+        return moved_message(option)
+    node: Any = yaml.safe_load(Path(file).read_text())
+    for part in option.split("."):
+        node = node.get(part, node) if part == "init_args" else node[part]
+    return moved_message(option, node)
 
 
 def unknown_model(name: str) -> str:

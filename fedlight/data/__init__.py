@@ -1,15 +1,17 @@
-"""Federated data: sources, partitioners, statistics and the ``FederatedDataModule``."""
+"""Federated data: sources, partitions, statistics and the ``FederatedDataModule``."""
 
 from fedlight.data.datamodule import (
     ClientDataModule,
     FederatedDataModule,
+    SampleCaps,
     batches_per_epoch,
     iterate_batches,
 )
-from fedlight.data.partition import PARTITIONS, partition_labels, split_client
-from fedlight.data.sources import SOURCES, SourceData, load_source
+from fedlight.data.partitions import PARTITIONS, Partition, split_client
+from fedlight.data.sources import SOURCES, Source, SourceData
 
 __all__ = [
-    "ClientDataModule", "FederatedDataModule", "batches_per_epoch", "iterate_batches", "PARTITIONS",
-    "partition_labels", "split_client", "SOURCES", "SourceData", "load_source",
+    "ClientDataModule", "FederatedDataModule", "PARTITIONS", "Partition", "SOURCES",
+    "SampleCaps", "Source", "SourceData", "batches_per_epoch", "iterate_batches",
+    "split_client",
 ]

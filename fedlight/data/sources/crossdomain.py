@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,8 +82,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.data.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import SourceData, from_arrays
+from fedlight.data.sources.files import require_root
+from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
 
 __all__ = [
     "DIGITS5_DOMAINS", "DIGITS5_SEED", "DomainImages", "make_digits5",
@@ -229,23 +232,16 @@ def make_digits5(
 
 def to_source(images: DomainImages) -> SourceData:
     """Standardize (per channel, pooled train statistics) and pack as a ``SourceData``."""
-    from fedlight.data.sources import _from_arrays
-
     train, test = ~images.test, images.test
     index = torch.from_numpy(np.flatnonzero(train)), torch.from_numpy(np.flatnonzero(test))
-    data = _from_arrays(images.x[index[0]].clone(), images.y[train], 10,
-                        images.x[index[1]].clone() if test.any() else None,
-                        images.y[test] if test.any() else None)
+    data = from_arrays(images.x[index[0]].clone(), images.y[train], 10,
+                       images.x[index[1]].clone() if test.any() else None,
+                       images.y[test] if test.any() else None)
     return dataclasses.replace(
         data, domains_train=images.domain[train],
         domains_test=images.domain[test] if test.any() else None,
         domain_names=list(images.names),
     )
-
-
-@register_source("digits5")
-def _digits5(request: SourceRequest) -> SourceData:
-    return _load_digits5()
 
 
 @functools.lru_cache(maxsize=1)
@@ -304,11 +300,51 @@ def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
     return to_source(images)
 
 
-@register_source("digits5_torchvision")
-def _digits5_torchvision(request: SourceRequest) -> SourceData:
-    if request.root is None:
-        raise ConfigError("data source 'digits5_torchvision' is read from a folder but no root "
-                         "was given; set data.root (and `download: true` to fetch the files)")
-    return _load_digits5_torchvision(os.fspath(request.root), bool(request.download))
+class Digits5(ImageSource):
+    """An offline stand-in for Digits-Five: five rendered or transformed digit domains
+    (see the module doc), one domain id per image; fixed data.
+
+    Args:
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "digits5"
+
+    def __init__(self, image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+
+    def read(self, seed: int) -> SourceData:
+        return _load_digits5()
 
 
+class Digits5Torchvision(ImageSource):
+    """The torchvision members of Digits-Five (MNIST, SVHN, USPS, domains 0, 1, 2), read from
+    root.
+
+    Args:
+        root: the folder torchvision reads MNIST, SVHN and USPS from (and downloads them into).
+            In a config file a relative path is relative to the file's folder.
+        download: download and unpack the dataset into root when it is missing.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "digits5_torchvision"
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 download: bool = False,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root
+        self.download = download
+
+    def read(self, seed: int) -> SourceData:
+        root = require_root(self.name, self.root, "torchvision's MNIST, SVHN and USPS files")
+        return _load_digits5_torchvision(str(root), bool(self.download))

@@ -1,10 +1,11 @@
 """One image transformation per domain: any image source made cross-domain.
 
-``data.domain_transforms: [identity, grey, invert, blur, rotate90, jitter]`` (an option of
-the data module) splits the source's train samples, and its test samples, into as many
-disjoint domains as names are given, and applies the ``k``-th transformation to domain ``k``,
-in the spirit of CIFAR-10-C. With ``partition: domains`` each client then holds one domain
-(``num_clients`` a multiple of the number of names), and ``local_test: source`` tests each
+``domain_transforms: [identity, grey, invert, blur, rotate90, jitter]`` (an option of every
+image source, ``data.source.init_args``) splits the source's train samples, and its test
+samples, into as many disjoint domains as names are given, and applies the ``k``-th
+transformation to domain ``k``, in the spirit of CIFAR-10-C. With the ``Domains`` partition
+each client then holds one domain (``num_clients`` a multiple of the number of names), and
+``local_test: source`` tests each
 client on its own domain's transformed test samples.
 
 The split is class-balanced and seeded by ``data.seed``: per class, the samples are shuffled
@@ -49,7 +50,7 @@ from torch import Tensor
 from torchvision.transforms.v2 import functional as F
 
 from fedlight.core.errors import ConfigError
-from fedlight.data.sources import SourceData, _from_arrays
+from fedlight.data.sources.base import SourceData, from_arrays
 
 __all__ = ["JITTER_SEED", "JITTER_SETTINGS", "TRANSFORMS", "check_names", "split_domains",
            "with_domain_transforms"]
@@ -94,12 +95,12 @@ TRANSFORMS: dict[str, Callable[[Tensor, np.ndarray], Tensor]] = {
 def check_names(names: Sequence[str]) -> None:
     """A one-line ValueError for an empty list or a name not in `TRANSFORMS`."""
     if isinstance(names, str) or not names:
-        raise ConfigError(f"data.domain_transforms={names!r} is invalid; give a list of "
+        raise ConfigError(f"domain_transforms={names!r} is invalid; give a list of "
                          f"transformation names, one per domain, from: {', '.join(TRANSFORMS)}")
     unknown = [name for name in names if name not in TRANSFORMS]
     if unknown:
         raise ConfigError(f"unknown domain transformation {unknown[0]!r} in "
-                         f"data.domain_transforms; valid: {', '.join(TRANSFORMS)}")
+                         f"domain_transforms; valid: {', '.join(TRANSFORMS)}")
 
 
 def split_domains(labels: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -143,11 +144,11 @@ def with_domain_transforms(data: SourceData, names: Sequence[str], seed: int,
     """
     check_names(names)
     if data.pixel_standardization is None or data.x_train.ndim != 4:
-        raise ConfigError(f"data.domain_transforms needs an image source (pixels in [0, 1], "
+        raise ConfigError(f"domain_transforms needs an image source (pixels in [0, 1], "
                          f"e.g. imagefolder, cifar10, mnist5k); {source!r} gives inputs of "
                          f"shape {tuple(data.input_shape)} that are not such images")
     if data.domains_train is not None or data.client_splits is not None:
-        raise ConfigError(f"data.domain_transforms splits a single-domain source into domains, "
+        raise ConfigError(f"domain_transforms splits a single-domain source into domains, "
                          f"but {source!r} comes split into "
                          f"{'domains' if data.domains_train is not None else 'clients'} already")
     rng = np.random.default_rng([seed, _SPLIT_STREAM])
@@ -157,7 +158,7 @@ def with_domain_transforms(data: SourceData, names: Sequence[str], seed: int,
     if data.x_test is not None:
         domains_test = split_domains(data.y_test.numpy(), len(names), rng)
         x_test = _transformed(data.x_test, data.pixel_standardization, domains_test, names)
-    standardized = _from_arrays(x_train, data.y_train, data.num_classes, x_test, data.y_test)
+    standardized = from_arrays(x_train, data.y_train, data.num_classes, x_test, data.y_test)
     return dataclasses.replace(
         data, x_train=standardized.x_train, x_test=standardized.x_test,
         pixel_standardization=standardized.pixel_standardization,

@@ -14,19 +14,16 @@ modification time, and of ``image_size``: adding, removing or touching a file de
 and the data folder itself may be read-only. Clearing the cache is deleting that folder (or
 one of its files); nothing else refers to it. A cache file is written under a temporary name
 and renamed when complete, so an interrupted run leaves no half file, and inside
-`cache_writes_on_success` (every ``load_source`` call) only once the whole source has loaded,
+`cache_writes_on_success` (every ``Source.load``) only once the whole source has loaded,
 so a bad file in one split leaves no cache of another.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-import hashlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -34,32 +31,20 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, DamagedFileError, DownloadError, MissingFileError
-from fedlight.core.files import atomic_write
 from fedlight.core.host import cpu_cores
-from fedlight.data import files
-from fedlight.data.sources import _STD_FLOOR, SourceData, SourceRequest
+from fedlight.data.sources.base import STD_FLOOR, SourceData
+from fedlight.data.sources.cache import cached, content_key
 
 __all__ = [
-    "IMAGE_EXTENSIONS", "cache_folder", "cache_writes_on_success", "cached", "class_folders",
-    "content_key",
-    "decode_images", "download_archive", "image_files", "require_folder", "require_root",
-    "domain_source", "to_source",
+    "IMAGE_EXTENSIONS", "class_folders", "decode_images", "download_archive", "domain_source",
+    "first_per_class_counts", "image_files", "require_folder", "to_source",
 ]
 
 #: File endings read as images (torchvision's ``ImageFolder`` list).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
-_FORMAT_VERSION = 1  # bump when the decoded bytes change for the same files
 _FILES_PER_TASK = 500
 _POOL_FROM = 2000  # fewer files are decoded in this process: starting workers costs more
-
-
-def cache_folder() -> Path:
-    """Where decoded images are cached (see the module docstring)."""
-    if os.environ.get("FEDLIGHT_CACHE"):
-        return Path(os.environ["FEDLIGHT_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fedlight"
 
 
 def image_files(folder: Path) -> list[str]:
@@ -81,9 +66,16 @@ def require_folder(folder: Path, source: str, layout: str, hint: str = "") -> Pa
     return folder
 
 
-def require_root(request: SourceRequest, source: str, layout: str) -> Path:
-    """The request's root, or a one-line ValueError saying it is needed."""
-    return files.require_root(source, request.root, layout)
+def first_per_class_counts(first: int | Sequence[int] | None) -> tuple[int, int] | None:
+    """A folder source's ``first_per_class`` option as (train, test) counts (one int: the same
+    for both), checked; None = all files."""
+    if first is None:
+        return None
+    counts = (first, first) if isinstance(first, int) else tuple(first)
+    if len(counts) != 2 or any(int(c) != c or c < 1 for c in counts):
+        raise ConfigError(f"first_per_class={first!r} is invalid; use a positive integer "
+                          "or [train, test] positive integers")
+    return int(counts[0]), int(counts[1])
 
 
 def class_folders(
@@ -207,67 +199,6 @@ def decode_images(name: str, files: Sequence[Path | str], image_size: int | None
                   )["images"]
 
 
-def content_key(paths: Sequence[str], extra: str = "") -> str:
-    """Hash of the file list, each file's size and modification time, and `extra`."""
-    digest = hashlib.sha256(f"{_FORMAT_VERSION}:{extra}".encode())
-    for path in paths:
-        stat = os.stat(path)
-        digest.update(f"\0{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:20]
-
-
-#: Cache files held back by the innermost `cache_writes_on_success` block (None outside one).
-_PENDING: contextvars.ContextVar[list[tuple[Path, dict[str, np.ndarray]]] | None] = (
-    contextvars.ContextVar("fedlight_pending_cache_writes", default=None))
-
-
-@contextlib.contextmanager
-def cache_writes_on_success() -> Iterator[None]:
-    """Hold back the cache files `cached` builds inside the block; write them when it ends
-    without an error (a nested block joins the outer one)."""
-    if _PENDING.get() is not None:
-        yield
-        return
-    pending: list[tuple[Path, dict[str, np.ndarray]]] = []
-    token = _PENDING.set(pending)
-    try:
-        yield
-    finally:
-        _PENDING.reset(token)
-    for target, arrays in pending:
-        _write_cache(target, arrays)
-
-
-def cached(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The arrays cached as ``<cache folder>/images/<name>.npz``, built (and cached) when absent.
-
-    The file is written under a temporary name and renamed when complete: readers never see
-    a half file; inside `cache_writes_on_success` it is written when that block ends well. A
-    cache that cannot be written (read-only home) only costs the next run a rebuild.
-    """
-    target = cache_folder() / "images" / f"{name}.npz"
-    if target.is_file():
-        with np.load(target) as archive:
-            return {key: archive[key] for key in archive.files}
-    arrays = build()
-    pending = _PENDING.get()
-    if pending is not None:
-        pending.append((target, arrays))
-    else:
-        _write_cache(target, arrays)
-    return arrays
-
-
-def _write_cache(target: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write `arrays` to `target` atomically (skipped where the folder cannot be written)."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return
-    if os.access(target.parent, os.W_OK):
-        atomic_write(target, lambda stream: np.savez(stream, **arrays))
-
-
 def download_archive(url: str, root: Path, source: str, layout: str) -> None:
     """Fetch and unpack the dataset's official archive into `root` (torchvision's helper)."""
     from torchvision.datasets.utils import download_and_extract_archive
@@ -317,7 +248,7 @@ def _channel_affine(images: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         mean = (counts * values).sum() / n
         var = (counts * (values - mean) ** 2).sum() / max(n - 1, 1)
         std = float(var.sqrt())
-        std = std if std > _STD_FLOOR else 1.0
+        std = std if std > STD_FLOOR else 1.0
         scales.append(1.0 / (255.0 * std))
         shifts.append(-float(mean) / std)
     shape = (1, -1) + (1,) * (images.ndim - 2)

@@ -1,4 +1,4 @@
-"""Splits that come from elsewhere: PFLlib dataset folders and partition files, and export.
+"""PFLlib dataset folders: read as a source with its own split, and any split exported.
 
 PFLlib's generators write ``<folder>/train/<i>.npz`` and ``<folder>/test/<i>.npz`` (each an
 ``np.savez_compressed`` of ``data={"x": ..., "y": ...}``, inputs already normalized) plus
@@ -7,11 +7,6 @@ such a folder as it is: client ``i`` trains on ``train/i.npz`` and is tested on
 ``test/i.npz``; nothing is re-partitioned and nothing re-normalized. Integer inputs are token
 ids and stay int64 (PFLlib's text folders hold ``(ids, length)`` pairs; the ids are read).
 
-A partition file (``data.partition: file``, ``data.partition_file: split.json``) gives
-per-client index lists over any source: ``{"clients": [{"train": [...], "test": [...]}]}``,
-indices into the source's train split followed by its test split when ``merge_test``. Every
-run folder's ``partition.json`` is such a file.
-
 ``export_pfllib`` writes any fedlight split in PFLlib's layout, so PFLlib trains on the very
 same clients and samples.
 """
@@ -19,6 +14,7 @@ same clients and samples.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +22,9 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import SourceData
+from fedlight.data.sources.image_source import ImageSource
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -58,9 +56,9 @@ def _inputs(x: np.ndarray) -> torch.Tensor:
 def load_pfllib(root: str | None) -> SourceData:
     """Read a PFLlib dataset folder; the returned ``SourceData`` carries its client split."""
     if root is None:
-        raise ConfigError("data source 'pfllib' needs data.root: the PFLlib dataset folder "
-                         "holding config.json, train/ and test/")
-    folder = Path(root)
+        raise ConfigError("data source 'pfllib' needs root (data.source.init_args.root): the "
+                          "PFLlib dataset folder holding config.json, train/ and test/")
+    folder = Path(root).expanduser().resolve()
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise MissingFileError(f"no PFLlib config.json in {str(folder)!r}; expected "
@@ -90,47 +88,37 @@ def load_pfllib(root: str | None) -> SourceData:
     )
 
 
-@register_source("pfllib")
-def _pfllib(request: SourceRequest) -> SourceData:
-    """A folder written by PFLlib's dataset generators, read with its own client split."""
-    return load_pfllib(request.root)
+class PFLlib(ImageSource):
+    """A folder written by PFLlib's dataset generators, read with its own client split (the
+    partition is then ignored).
+
+    Args:
+        root: the PFLlib dataset folder holding config.json, train/ and test/. In a config file a
+            relative path is relative to the file's folder.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "pfllib"
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root
+
+    def read(self, seed: int) -> SourceData:
+        return load_pfllib(self.root)
 
 
-def read_partition_file(path: str | Path, pool_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per-client ``(train, test)`` index arrays from a partition JSON file, validated: every
-    index in ``0..pool_size-1``, no sample in two places, no client without training data."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"partition file {str(path)!r} does not exist")
-    record = json.loads(path.read_text())
-    clients = record.get("clients") if isinstance(record, dict) else None
-    if not isinstance(clients, list) or not clients:
-        raise ConfigError(f"{str(path)!r} must hold {{\"clients\": [{{\"train\": [...], "
-                         "\"test\": [...]}, ...]}} with at least one client")
-    owner: dict[int, str] = {}
-    splits = []
-    for client_id, client in enumerate(clients):
-        train = np.asarray(client.get("train", []), dtype=np.int64)
-        test = np.asarray(client.get("test", []), dtype=np.int64)
-        if len(train) == 0:
-            raise ConfigError(f"{str(path)!r}: client {client_id} has no training sample")
-        for name, index in (("train", train), ("test", test)):
-            bad = index[(index < 0) | (index >= pool_size)]
-            if len(bad):
-                raise ConfigError(f"{str(path)!r}: client {client_id} {name} index {int(bad[0])} "
-                                 f"is out of range 0..{pool_size - 1}")
-            for i in index.tolist():
-                where = f"client {client_id} {name}"
-                if i in owner:
-                    raise ConfigError(f"{str(path)!r}: sample {i} is in {owner[i]} and in {where}")
-                owner[i] = where
-        splits.append((train, test))
-    return splits
-
-
-def export_pfllib(datamodule: Any, folder: str | Path) -> Path:
-    """Write a data module's split in PFLlib's layout under ``folder`` and return it."""
+def export_pfllib(datamodule: Any, folder: str | Path, scheme: Any = None) -> Path:
+    """Write a data module's split in PFLlib's layout under ``folder`` and return it.
+    ``scheme``: the partition config.json names (default the data module's; a split read
+    back from a run's partition.json names the scheme that made it)."""
     folder = Path(folder)
+    scheme = datamodule.partition if scheme is None else scheme
     datamodule.setup()
     stats = datamodule.stats()
     for split_name in ("train", "test"):
@@ -143,15 +131,14 @@ def export_pfllib(datamodule: Any, folder: str | Path) -> Path:
     config = {
         "num_clients": datamodule.num_clients,
         "num_classes": datamodule.num_classes,
-        "non_iid": datamodule.partition != "iid",
+        "non_iid": scheme.name != "iid",
         "balance": False,
-        "partition": datamodule.partition,
+        "partition": scheme.name,
         "Size of samples for labels in clients": [
             [[label, count] for label, count in enumerate(c["train_label_counts"]) if count]
             for c in stats["clients"]
         ],
-        "alpha": (datamodule.partition_options["beta"]
-                  if datamodule.partition == "dirichlet" else None),
+        "alpha": getattr(scheme, "beta", None),
         "batch_size": datamodule.batch_size,
         "exported_by": "fedlight",
     }

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import io
 import lzma
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,10 @@ import torch
 
 from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.core.files import atomic_write
-from fedlight.data.images import to_source
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import SourceData
+from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.images import to_source
 
 __all__ = ["FORMAT", "read_packed", "write_packed"]
 
@@ -95,11 +98,34 @@ def _load(path: Path, size: int, modified: int) -> SourceData:
                                domain_names=list(record["domain_names"]))
 
 
-@register_source("packed")
-def load_packed(request: SourceRequest) -> SourceData:
-    if request.root is None:
-        raise ConfigError("data source 'packed' reads one file; set data.root to it, e.g. "
-                          "gpu_data/cifar10_500_100.pt (written by benchmarks/pack_data.py)")
-    path = Path(request.root)
-    stat = path.stat() if path.is_file() else None
-    return _load(path, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+class Packed(ImageSource):
+    """A dataset packed into one file of uint8 images by benchmarks/pack_data.py.
+
+    Args:
+        root: the packed file, e.g. gpu_data/cifar10_500_100.pt. In a config file a relative path
+            is relative to the file's folder.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "packed"
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root
+
+    def read(self, seed: int) -> SourceData:
+        return self._load_file()
+
+    def _load_file(self) -> SourceData:
+        if self.root is None:
+            raise ConfigError("data source 'packed' reads one file; set root "
+                              "(data.source.init_args.root) to it, e.g. "
+                              "gpu_data/cifar10_500_100.pt (written by benchmarks/pack_data.py)")
+        path = Path(self.root).expanduser().resolve()
+        stat = path.stat() if path.is_file() else None
+        return _load(path, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)

@@ -35,8 +35,9 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import DownloadError
-from fedlight.data.files import DataFormatError, missing_files, require_root
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.files import DataFormatError, missing_files, require_root
 
 NAME = "amazon_review"
 FILE = "amazon.npz"
@@ -116,10 +117,23 @@ def _load(root: str | None, download: bool) -> SourceData:
                       domain_names=list(DOMAINS))
 
 
-@register_source(NAME)
-def load(request: SourceRequest) -> SourceData:
-    """The ``amazon_review`` source (see the module doc)."""
-    return _load(request.root, request.download)
+class AmazonReview(Source):
+    """Amazon Review: review features of four product categories (one domain each).
+
+    Args:
+        root: the folder of the dataset's files (see the module doc). In a config file a
+            relative path is relative to the file's folder.
+        download: download the files into root when they are missing.
+    """
+
+    name = NAME
+
+    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
+        self.root = root
+        self.download = download
+
+    def read(self, seed: int) -> SourceData:
+        return _load(self.root, bool(self.download))
 
 
-__all__ = ["DOMAINS", "DRIVE_ID", "FEATURES", "load", "read_amazon"]
+__all__ = ["DOMAINS", "DRIVE_ID", "FEATURES", "AmazonReview", "read_amazon"]

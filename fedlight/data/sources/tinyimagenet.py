@@ -18,18 +18,21 @@ replicated to three channels.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.data.images import (
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import SourceData
+from fedlight.data.sources.files import require_root
+from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.images import (
     class_folders,
     decode_images,
     download_archive,
     require_folder,
-    require_root,
     to_source,
 )
-from fedlight.data.sources import SourceData, SourceRequest, register_source
 
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 LAYOUT = ("tiny-imagenet-200/ with wnids.txt, train/<wnid>/images/*.JPEG, val/images/*.JPEG "
@@ -84,7 +87,29 @@ def _load(root: Path, download: bool, image_size: int | None) -> SourceData:
     return to_source(x_train, y_train, len(classes), x_test, y_test)
 
 
-@register_source("tinyimagenet")
-def load_tinyimagenet(request: SourceRequest) -> SourceData:
-    root = require_root(request, "tinyimagenet", LAYOUT)
-    return _load(root, request.download, request.image_size)
+class TinyImageNet(ImageSource):
+    """Tiny ImageNet (200 classes, 64 x 64; its labelled val split as the test split).
+
+    Args:
+        root: the dataset's folder (see this module's LAYOUT). In a config file a
+            relative path is relative to the file's folder.
+        download: download and unpack the dataset into root when it is missing.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "tinyimagenet"
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 download: bool = False,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root
+        self.download = download
+
+    def read(self, seed: int) -> SourceData:
+        root = require_root(self.name, self.root, LAYOUT)
+        return _load(root, bool(self.download), self.image_size)

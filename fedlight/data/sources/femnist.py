@@ -25,14 +25,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.data.images import cached, content_key, require_root
-from fedlight.data.sources import SourceData, SourceRequest, _from_arrays, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import SourceData, from_arrays
+from fedlight.data.sources.cache import cached, content_key
+from fedlight.data.sources.files import require_root
+from fedlight.data.sources.image_source import ImageSource
 
 NUM_CLASSES = 62
 PIXELS = 28 * 28
@@ -122,7 +126,7 @@ def _load(root: Path) -> SourceData:
         return index[split["group"]]
 
     train, test = splits["train"], splits.get("test")
-    data = _from_arrays(images(train), train["y"], NUM_CLASSES,
+    data = from_arrays(images(train), train["y"], NUM_CLASSES,
                         None if test is None else images(test),
                         None if test is None else test["y"])
     return dataclasses.replace(
@@ -131,6 +135,26 @@ def _load(root: Path) -> SourceData:
     )
 
 
-@register_source("femnist")
-def load_femnist(request: SourceRequest) -> SourceData:
-    return _load(require_root(request, "femnist", LAYOUT))
+class FEMNIST(ImageSource):
+    """LEAF's FEMNIST (62 classes, 28 x 28 grey), one group per writer (the Natural
+    partition gives one client per writer).
+
+    Args:
+        root: LEAF's data/femnist/data folder (train/*.json and test/*.json, or all_data/*.json). In
+            a config file a relative path is relative to the file's folder.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made
+            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
+            null = off.
+    """
+
+    name = "femnist"
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root
+
+    def read(self, seed: int) -> SourceData:
+        return _load(require_root(self.name, self.root, LAYOUT))

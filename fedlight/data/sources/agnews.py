@@ -42,8 +42,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedlight.data.files import DataFormatError, download_files, missing_files, require_root
-from fedlight.data.sources import SourceData, SourceRequest, register_source
+from fedlight.core.paths import ConfigPath
+from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.files import DataFormatError, download_files, missing_files, require_root
 
 NAME = "agnews"
 FILES = ("train.csv", "test.csv")
@@ -138,11 +139,24 @@ def _load(root: str | None, download: bool) -> SourceData:
     )
 
 
-@register_source(NAME)
-def load(request: SourceRequest) -> SourceData:
-    """The ``agnews`` source (see the module doc)."""
-    return _load(request.root, request.download)
+class AGNews(Source):
+    """AG News: four classes of news, title and description as token ids.
+
+    Args:
+        root: the folder of the dataset's files (see the module doc). In a config file a
+            relative path is relative to the file's folder.
+        download: download the files into root when they are missing.
+    """
+
+    name = NAME
+
+    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
+        self.root = root
+        self.download = download
+
+    def read(self, seed: int) -> SourceData:
+        return _load(self.root, bool(self.download))
 
 
-__all__ = ["CLASSES", "MAX_TOKENS", "URLS", "build_vocabulary", "encode", "load", "read_csv",
+__all__ = ["CLASSES", "MAX_TOKENS", "URLS", "build_vocabulary", "encode", "AGNews", "read_csv",
            "tokenize"]

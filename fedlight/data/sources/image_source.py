@@ -1,0 +1,50 @@
+"""The options every image source shares: a resize and one transformation per domain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fedlight.core.errors import ConfigError
+from fedlight.data.sources.base import Source, SourceData, resized
+from fedlight.data.sources.domain_transforms import check_names, with_domain_transforms
+
+__all__ = ["ImageSource"]
+
+
+class ImageSource(Source):
+    """A source of images: :meth:`load` resizes them and splits them into transformed domains
+    where asked to. Subclasses pass ``image_size`` and ``domain_transforms`` on; folder
+    sources also read ``self.image_size`` to resize each file as it is decoded.
+
+    Args:
+        image_size: resize the images to this square side (MAP's 32 x 32 FaMnist); null keeps
+            their size. Folder sources resize each file as it is decoded, the others resize
+            their pixels (bilinear, antialiased, as torchvision's ``Resize``); inputs are then
+            standardized again. Decoded images are cached in $FEDLIGHT_CACHE (default
+            ~/.cache/fedlight; delete it to clear).
+        domain_transforms: make the source cross-domain: its train and test samples are split
+            into one class-balanced domain per name (seeded by data.seed) and domain k gets the
+            k-th image transformation (identity, grey, invert, blur, rotate90, jitter; see
+            fedlight.data.sources.domain_transforms), e.g. [identity, grey, invert, blur,
+            rotate90, jitter] with the Domains partition; null = off.
+    """
+
+    def __init__(self, image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        if image_size is not None and (int(image_size) != image_size or image_size < 1):
+            raise ConfigError(f"image_size={image_size!r} is invalid; use a positive integer "
+                              "or null")
+        if domain_transforms is not None:
+            check_names(domain_transforms)
+        self.image_size = image_size
+        self.domain_transforms = None if domain_transforms is None else list(domain_transforms)
+
+    def load(self, seed: int = 0) -> SourceData:
+        """The images, resized to ``image_size`` and split into ``domain_transforms``' domains
+        where those are set (see :meth:`Source.load`)."""
+        data = super().load(seed)
+        if self.image_size is not None:
+            data = resized(data, int(self.image_size), self.name)
+        if self.domain_transforms is not None:
+            data = with_domain_transforms(data, self.domain_transforms, int(seed), self.name)
+        return data
