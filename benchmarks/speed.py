@@ -60,12 +60,12 @@ from fedlight.core.rules import WeightedSum
 from fedlight.core.seeding import derive_seed
 from fedlight.data import FederatedDataModule, iterate_batches
 from fedlight.federation.build import Run
-from fedlight.federation.local_loop import parse_optimizers
 from fedlight.federation.memory_format import (
     apply_memory_format,
     in_memory_format,
 )
 from fedlight.federation.trainer import FederatedTrainer
+from fedlight.federation.training_loop import parse_optimizers
 
 BATCH = 10
 AGNEWS_ARTICLES = 8000  # 2000 a class: 6000 train + 2000 test, all partitioned

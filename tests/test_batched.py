@@ -17,7 +17,7 @@ from fedlight.federation.engines.batched import (
     batching_refusal,
     phase_batches,
 )
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from tests.conftest import make_client, tiny_data, tiny_trainer
 from tests.test_batched_methods import assert_stacked, count_stacked_calls  # noqa: F401
 
@@ -65,7 +65,7 @@ def assert_states_close(first, second, atol=1e-5):
 def test_batched_clients_train_as_the_loop_does(tmp_path, make, atol):
     loop, loop_rows = run(tmp_path, make(), 1, "loop")
     batched, batched_rows = run(tmp_path, make(), 4, "batched")
-    assert isinstance(loop.engine, LocalEngine) and isinstance(batched.engine, BatchedEngine)
+    assert isinstance(loop.engine, SequentialEngine) and isinstance(batched.engine, BatchedEngine)
     assert_stacked(batched.engine)
     assert_rows_close(loop_rows, batched_rows)
     assert_states_close(loop.global_state, batched.global_state, atol)
@@ -124,7 +124,7 @@ def test_an_overridden_hook_or_dropout_is_refused():
 def test_a_method_that_cannot_be_batched_trains_in_the_loop_and_says_so(tmp_path, capsys):
     trainer = tiny_trainer(tmp_path, rounds=1, batched_clients=4, verbose=True)
     trainer.fit(make_client(FedProx), tiny_data())
-    assert type(trainer.engine) is LocalEngine
+    assert type(trainer.engine) is SequentialEngine
     assert ("fedlight: batched_clients: 4 not used, clients train one after another "
             "(FedProx overrides training_step (not declared batchable))"
             ) in capsys.readouterr().out

@@ -40,7 +40,7 @@ from fedlight.federation import build, population
 from fedlight.federation.engines import batched
 from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.engines.graphs import eager_capture
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.engines.stacked_step import StackedOutputs, StackedStep
 from fedlight.federation.runtime import ClientRuntime
 from tests.conftest import make_client, tiny_data, tiny_trainer
@@ -147,7 +147,7 @@ def assert_stacked(engine):
 
 
 def assert_same_run(loop, batched, loop_rows, batched_rows, atol=2e-5, rel=1e-4):
-    assert isinstance(loop.engine, LocalEngine) and isinstance(batched.engine, BatchedEngine)
+    assert isinstance(loop.engine, SequentialEngine) and isinstance(batched.engine, BatchedEngine)
     assert_stacked(batched.engine)
     assert len(loop_rows) == len(batched_rows) == 2
     for a, b in zip(loop_rows, batched_rows, strict=True):
@@ -278,7 +278,7 @@ def test_a_group_that_runs_out_of_device_memory_trains_in_halves(tmp_path, monke
 def test_auto_trains_one_client_after_another_on_a_cpu_and_says_so(tmp_path, capsys):
     trainer = tiny_trainer(tmp_path, rounds=1)
     trainer.fit(make_client(FedAvg), tiny_data())
-    assert type(trainer.engine) is LocalEngine
+    assert type(trainer.engine) is SequentialEngine
     assert ("fedlight: clients train one after another (batched_clients: auto on cpu, where "
             "the loop is faster)") in capsys.readouterr().out
     assert trainer.run.hyperparameters(trainer)["trainer"]["batched_clients"] == 1
@@ -377,7 +377,7 @@ def test_every_client_of_a_group_is_scored_in_one_call_per_evaluation_batch(tmp_
     together = engine.evaluate(1, downloads)
     tests = [len(trainer.run.population.test_data[client][1]) for client in range(5)]
     assert len(calls) == -(-max(tests) // 8) and all(k == 5 for k, _ in calls)
-    one_by_one = LocalEngine(engine.runtime).evaluate(1, downloads)
+    one_by_one = SequentialEngine(engine.runtime).evaluate(1, downloads)
     assert together.keys() == one_by_one.keys() == set(range(5))
     for client, scores in one_by_one.items():
         assert together[client]["personalized"].correct == scores["personalized"].correct

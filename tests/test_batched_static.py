@@ -25,7 +25,7 @@ from fedlight.federation.engines.batched import (
 from fedlight.federation.engines.batched import engine as engine_module
 from fedlight.federation.engines.batched.planning import client_state, load_rows
 from fedlight.federation.engines.graphs import ReplayedStep, eager_capture
-from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.training_loop import TrainingLoop
 from tests.conftest import make_client
 from tests.test_batched_methods import (  # noqa: F401 (fixtures)
     assert_same_run,
@@ -162,7 +162,7 @@ def test_a_finished_clients_parameters_and_optimizer_state_stay_as_its_last_step
     # client 0: 3 batches, the last of 2 samples (padded to 4); client 1: 1 batch, then done
     client = make_client(FedAvg, optimizer=optimizer, **settings)
     fabric = Fabric(accelerator="cpu", devices=1)
-    loop = LocalLoop(fabric, batch_size=4)
+    loop = TrainingLoop(fabric, batch_size=4)
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(14, 1, 8, 8, generator=generator, dtype=torch.float64)
     y = torch.randint(0, 4, (14,), generator=generator)

@@ -27,7 +27,7 @@ from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
 from fedlight.core.noise import reseed_noise
 from fedlight.core.rules import weighted_mean
 from fedlight.data import FederatedDataModule
-from fedlight.federation.local_loop import LocalLoop
+from fedlight.federation.training_loop import TrainingLoop
 from tests.conftest import tiny_data, tiny_trainer
 from tests.text_fixtures import write_agnews, write_har, write_shakespeare
 
@@ -129,7 +129,7 @@ def _record_loss(losses: list[float], output, *_) -> None:
 def test_local_steps_lower_the_loss_in_every_phase(name, cls):
     client = started(cls)
     batch = client.context.train_data
-    loop = LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=len(batch[1]))
+    loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=len(batch[1]))
 
     def same_batch_same_noise():
         for _ in range(8):

@@ -28,7 +28,7 @@ from fedlight.federation.engines.choice import (
     EngineChoice,
     fastest,
 )
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.options import TrainerOptions
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
@@ -88,7 +88,7 @@ def test_a_choice_round_trips_through_its_record():
 
 
 @pytest.mark.parametrize("seconds, way, engine", [
-    ({LOOP: 1.0, BATCHED: 5.0}, LOOP, LocalEngine),
+    ({LOOP: 1.0, BATCHED: 5.0}, LOOP, SequentialEngine),
     ({LOOP: 5.0, BATCHED: 1.0}, BATCHED, BatchedEngine),
 ])
 def test_measure_keeps_the_fastest_says_so_and_changes_nothing(tmp_path, monkeypatch, capsys,
@@ -135,7 +135,7 @@ def test_a_way_that_fails_while_timed_is_not_chosen(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(BatchedEngine, "train", broken)
     monkeypatch.setattr(choice, "clock", ScriptedClock({LOOP: 5.0}))
     measured = fit(tmp_path, "measured", "measure", verbose=True)
-    assert type(measured[0].engine) is LocalEngine
+    assert type(measured[0].engine) is SequentialEngine
     assert "batched failed: RuntimeError: no stacked step today" in capsys.readouterr().out
     assert_same_run(measured, fit(tmp_path, "plain", 1))
 
@@ -159,7 +159,7 @@ def test_an_error_of_the_batched_engine_in_round_one_reruns_it_with_the_loop(
     failing_first_round(monkeypatch, RuntimeError("CUDA error: an illegal memory access\nmore"))
     fallen = fit(tmp_path, "fallen", DATA["num_clients"], rounds=3)
     trainer, _, summary = fallen
-    assert type(trainer.engine) is LocalEngine
+    assert type(trainer.engine) is SequentialEngine
     err = [line for line in capsys.readouterr().err.splitlines() if "batched clients" in line]
     assert err == ["fedlight: batched clients failed in round 1 (RuntimeError: CUDA error: an "
                    "illegal memory access); the round is trained again one client after "
@@ -182,7 +182,7 @@ def test_measure_is_a_valid_value_and_auto_on_a_cpu_does_not_measure(tmp_path, m
 
     monkeypatch.setattr(choice, "clock", no_clock)
     trainer, _, summary = fit(tmp_path, "auto", "auto")
-    assert type(trainer.engine) is LocalEngine and trainer.run.engine_choice is None
+    assert type(trainer.engine) is SequentialEngine and trainer.run.engine_choice is None
     assert not (Path(summary["run_dir"]) / CHOICE_FILE).exists()
     assert trainer.run.hyperparameters(trainer)["trainer"]["batched_clients"] == 1
     with pytest.raises(ValueError, match="'measure' times both ways"):
@@ -206,7 +206,7 @@ def test_which_ways_the_simulator_chooses_from(device, requested, graphs, ways):
     options = TrainerOptions(batched_clients=requested, cuda_graphs=graphs)
     engine, note = simulator_engine(options, runtime)
     if ways is None:
-        assert type(engine) is LocalEngine and "auto on cpu" in note
+        assert type(engine) is SequentialEngine and "auto on cpu" in note
         return
     assert isinstance(engine, ChosenEngine) and engine.ways == ways
     measured = len(ways) > 1
@@ -218,6 +218,6 @@ def test_a_run_that_fell_back_to_the_loop_resumes_with_the_loop(tmp_path, monkey
     failing_first_round(monkeypatch, RuntimeError("capture failed"))
     fit(tmp_path, "part", DATA["num_clients"], rounds=1)
     resumed = fit(tmp_path, "part", DATA["num_clients"], rounds=2, ckpt_path="last")
-    assert type(resumed[0].engine) is LocalEngine
+    assert type(resumed[0].engine) is SequentialEngine
     assert resumed[0].run.engine_choice["fallback"] == "batched: RuntimeError: capture failed"
     assert_same_run(resumed, fit(tmp_path, "loop", 1, rounds=2))

@@ -22,7 +22,7 @@ from flwr.app import ConfigRecord  # noqa: E402
 from fedlight.cli import FedlightCLI  # noqa: E402
 from fedlight.core.client import Upload  # noqa: E402
 from fedlight.core.messages import ClientResult, TrainTask  # noqa: E402
-from fedlight.federation.engines.local import LocalEngine  # noqa: E402
+from fedlight.federation.engines.sequential import SequentialEngine  # noqa: E402
 from fedlight.federation.protocol import update_problem  # noqa: E402
 from fedlight.flower import build_client_app, build_server_app  # noqa: E402
 from fedlight.flower.inline import run_inline  # noqa: E402
@@ -92,7 +92,7 @@ def test_update_problem_names_each_cause():
 
 
 def test_the_simulators_engine_is_guarded_by_the_same_check(tmp_path, capsys, monkeypatch):
-    original = LocalEngine.train
+    original = SequentialEngine.train
 
     def broken_engine(self, tasks):
         for index, result in enumerate(original(self, tasks)):
@@ -104,7 +104,7 @@ def test_the_simulators_engine_is_guarded_by_the_same_check(tmp_path, capsys, mo
                 yield result
                 yield dataclasses.replace(result, client_id=99)
 
-    monkeypatch.setattr(LocalEngine, "train", broken_engine)
+    monkeypatch.setattr(SequentialEngine, "train", broken_engine)
     overrides = [*RUN, "--data.num_clients", "3", "--trainer.rounds", "1",
                  "--trainer.default_root_dir", str(tmp_path)]
     trainer = FedlightCLI(args=["fit", "-c", CONFIG, *overrides]).trainer

@@ -470,13 +470,13 @@ def test_auto_shared_path_step_is_a_second_optimizer_step_on_the_shared_path():
     from lightning.fabric import Fabric
 
     from fedlight.core.client import Phase
-    from fedlight.federation.local_loop import LocalLoop
+    from fedlight.federation.training_loop import TrainingLoop
 
     batches, clip = _two_batches(), 0.5
     trained = {}
     for step in (True, False):
         client = make(AutoSA, shared_path_step=step, momentum=0.9, weight_decay=1e-3)
-        loop = LocalLoop(Fabric(accelerator="cpu", devices=1), 6, gradient_clip_val=clip)
+        loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), 6, gradient_clip_val=clip)
         loop.run_phase(client, Phase("train", 1), lambda: iter(batches))
         trained[step] = client.state_dict()
     reference = make(AutoSA, momentum=0.9, weight_decay=1e-3)

@@ -10,7 +10,7 @@ import torch
 from fedlight.clients import FedAvg
 from fedlight.core.messages import ClientFailure
 from fedlight.core.seeding import drop_clients
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.protocol import RoundProtocol
 from fedlight.server import FedAdam
 from fedlight.server.mean import WeightedMean
@@ -77,7 +77,7 @@ def test_without_shared_class_counts_the_scores_hold_none_and_macro_f1_is_empty(
 
 
 class _FailingEngine:
-    """LocalEngine, except that one client's work never comes back."""
+    """SequentialEngine, except that one client's work never comes back."""
 
     def __init__(self, engine, lost):
         self.engine, self.lost, self.holds_clients = engine, lost, True
@@ -132,7 +132,7 @@ def test_weights_follow_trainer_weighting(tmp_path):
 def test_the_simulator_engine_is_the_default(tmp_path):
     trainer = tiny_trainer(tmp_path, rounds=1)
     summary = trainer.fit(make_client(FedAvg), tiny_data())
-    assert isinstance(trainer.engine, LocalEngine) and summary["engine"] == "simulator"
+    assert isinstance(trainer.engine, SequentialEngine) and summary["engine"] == "simulator"
 
 
 def test_after_a_forked_run_the_trainer_reports_its_folder_and_client_states(tmp_path):

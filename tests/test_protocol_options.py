@@ -10,6 +10,7 @@ import statistics
 
 import pytest
 import torch
+from fedlight.report import read_run, results_table
 from lightning.fabric import Fabric
 
 from fedlight.clients import FedAvg, FedRep
@@ -18,10 +19,9 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import Score, TrainTask
 from fedlight.core.seeding import mean_join_ratio, participant_count, sample_clients
 from fedlight.data import FederatedDataModule, batches_per_epoch, iterate_batches
-from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.outputs.folder import CLIENT_ROUNDS
 from fedlight.federation.outputs.writer import client_score_rows
-from fedlight.report import read_run, results_table
+from fedlight.federation.training_loop import TrainingLoop
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 AUGMENT = {"hflip": True, "crop_padding": 2}
@@ -137,7 +137,7 @@ def batches(count=5):
 def test_max_local_steps_caps_the_steps_across_phases(cap, expected):
     client = make_client(Counting)
     data = batches()
-    loop = LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=cap)
+    loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=cap)
     result = loop.fit(client, lambda: iter(data), [Phase("a", 1), Phase("b", 2)])
     assert client.steps == expected and result.steps == sum(expected.values())
 
@@ -145,7 +145,7 @@ def test_max_local_steps_caps_the_steps_across_phases(cap, expected):
 def test_a_phase_limit_still_applies_under_the_cap():
     client = make_client(Counting)
     data = batches()
-    loop = LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=8)
+    loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=8)
     loop.fit(client, lambda: iter(data), [Phase("a", 2, max_steps=4), Phase("b", 2)])
     assert client.steps == {"a": 4, "b": 4}
 

@@ -36,7 +36,7 @@ from fedlight.federation.engines.choice import (
     ChosenEngine,
     make_engine,
 )
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.evaluation import Evaluator
 from fedlight.federation.memory_format import on_device
 from fedlight.federation.options import TrainerOptions, added_options
@@ -282,17 +282,17 @@ def simulator_engine(options: TrainerOptions, runtime: ClientRuntime,
     saying which and why (None when the loop was asked for)."""
     requested = options.batched_clients
     if requested == 1:
-        return LocalEngine(runtime), None
+        return SequentialEngine(runtime), None
     device = runtime.fabric.device
     if requested == "auto" and device.type != "cuda":
-        return LocalEngine(runtime), ("fedlight: clients train one after another "
+        return SequentialEngine(runtime), ("fedlight: clients train one after another "
                                       f"(batched_clients: auto on {device.type}, where the "
                                       "loop is faster)")
     refusal = batching_refusal(runtime.client, options.precision,
                                options.local_options["optimizer_state"],
                                options.local_options["gradient_clip_val"])
     if refusal is not None:
-        return LocalEngine(runtime), (f"fedlight: batched_clients: {requested} not used, "
+        return SequentialEngine(runtime), (f"fedlight: batched_clients: {requested} not used, "
                                       f"clients train one after another ({refusal})")
     group_size = None if isinstance(requested, str) else int(requested)
     graphs = options.cuda_graphs and step_capture(runtime.fabric, True) is not None

@@ -16,12 +16,12 @@ from typing import Any, Literal
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import WEIGHTINGS
 from fedlight.federation.callbacks import RoundCallback, check_callbacks
-from fedlight.federation.local_loop import CLIP_ALGORITHMS, OPTIMIZER_STATES
 from fedlight.federation.memory_format import check_memory_format
 from fedlight.federation.outputs.loggers import LOGGERS, LoggerName
 from fedlight.federation.probes import Probe
 from fedlight.federation.processes.fabric import PRECISIONS, STRATEGIES
 from fedlight.federation.state.stores import STORAGES
+from fedlight.federation.training_loop import CLIP_ALGORITHMS, OPTIMIZER_STATES
 
 
 class TrainerOptions:
@@ -206,7 +206,7 @@ class TrainerOptions:
         check_sharing(join_ratio, drop_rate, weighting)
         check_protocol(max_local_steps, report_last, drop_last)
         check_processes(strategy, precision, threads, client_state_storage)
-        check_local_loop(optimizer_state, gradient_clip_val, gradient_clip_algorithm)
+        check_training_loop(optimizer_state, gradient_clip_val, gradient_clip_algorithm)
         self.rounds, self.join_ratio, self.drop_rate = rounds, join_ratio, drop_rate
         self.weighting, self.seed, self.reinitialize = weighting, seed, reinitialize
         self.local_epochs, self.batch_size, self.drop_last = local_epochs, batch_size, drop_last
@@ -337,7 +337,7 @@ def check_threads(threads: int | str | None) -> int | str | None:
     return threads
 
 
-def check_local_loop(optimizer_state: str, gradient_clip_val: float | None,
+def check_training_loop(optimizer_state: str, gradient_clip_val: float | None,
                      gradient_clip_algorithm: str) -> None:
     """Refuse an unknown optimizer state, clip algorithm or a clip value that is not
     positive."""
@@ -367,5 +367,5 @@ def normalize_loggers(logger: bool | str | Sequence[str]) -> list[str]:
 
 
 __all__ = ["ADDED_OPTION_DEFAULTS", "THREAD_RULES", "TrainerOptions", "added_options",
-           "check_counts", "check_local_loop", "check_processes", "check_protocol",
+           "check_counts", "check_training_loop", "check_processes", "check_protocol",
            "check_sharing", "check_threads", "normalize_loggers"]

@@ -2,7 +2,7 @@
 
 Each round RoundProtocol samples the participants and those that will drop
 (fedlight.core.seeding), asks the server rule what each participant downloads, hands these
-tasks to a ClientEngine (the engine that carries out the clients' work: engines/local.py
+tasks to a ClientEngine (the engine that carries out the clients' work: engines/sequential.py
 trains them in this process, fedlight.flower's engine sends them to Flower SuperNodes), folds
 every result into the rule with its aggregation weight, ends the round across processes,
 decides whether the round is evaluated, pools the clients' scores with the global model's and
@@ -12,7 +12,7 @@ and its checkpoints, so every engine writes the same rows, names and checkpoints
 What counts as a dropped client: a participant drawn by trainer.drop_rate (it trains, its
 result is discarded), and a participant whose engine reports a ClientFailure (a SuperNode that
 did not answer or answered with an error). Both are left out of the reduction and counted in
-the row's dropped column. The simulator's LocalEngine never reports a failure: an exception
+the row's dropped column. The simulator's SequentialEngine never reports a failure: an exception
 while training a simulated client is a fault of the code and stops the run (the run folder is
 kept once a round is written).
 

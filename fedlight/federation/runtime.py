@@ -38,12 +38,12 @@ from fedlight.federation.evaluation import (
     score_outputs,
     stacked_batch_outputs,
 )
-from fedlight.federation.local_loop import LocalLoop
 from fedlight.federation.memory_format import apply_memory_format
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed
 from fedlight.federation.processes.cpus import apply_threads
+from fedlight.federation.training_loop import TrainingLoop
 
 Batch = tuple[Tensor, Tensor]
 _EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from training
@@ -166,7 +166,7 @@ class ClientRuntime:
     """
 
     def __init__(self, fabric: Fabric, client: FederatedClient, population: Population,
-                 loop: LocalLoop, seed: int, local_epochs: int, eval_batch_size: int = 512,
+                 loop: TrainingLoop, seed: int, local_epochs: int, eval_batch_size: int = 512,
                  share_class_counts: bool = True) -> None:
         self.fabric, self.client, self.population, self.loop = fabric, client, population, loop
         self.seed, self.local_epochs = seed, local_epochs
@@ -320,7 +320,7 @@ def build_client_runtime(fabric: Fabric, client: FederatedClient,
     population = Population(datamodule, dist, initial_private, storage, storage_dir,
                             options.rounds, join_ratio, options.batch_size, options.drop_last,
                             memory_format)
-    loop = LocalLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
+    loop = TrainingLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
                      **options.local_options)
     return ClientRuntime(fabric, client, population, loop, options.seed, options.local_epochs,
                          options.eval_batch_size, options.share_class_counts)

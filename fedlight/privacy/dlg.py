@@ -52,8 +52,8 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 from fedlight.core.seeding import derive_seed
-from fedlight.federation.local_loop import LocalLoop, only_trainable
 from fedlight.federation.probes import Probe
+from fedlight.federation.training_loop import TrainingLoop, only_trainable
 
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("lbfgs", "adam")
@@ -394,14 +394,14 @@ def _one_step_update(client: FederatedClient, batch: tuple[Tensor, Tensor],
     return {k: after[k] - before[k] for k in before if before[k].is_floating_point()}
 
 
-def _loop(client: FederatedClient) -> LocalLoop:
+def _loop(client: FederatedClient) -> TrainingLoop:
     """The local loop on the client's Fabric (the trainer's), or a one-device Fabric."""
     fabric = client.fabric
     if fabric is None:
         device = client.device
         fabric = Fabric(accelerator=device.type, devices=[device.index or 0]
                         if device.type == "cuda" else 1, loggers=[])
-    return LocalLoop(fabric)
+    return TrainingLoop(fabric)
 
 
 class DLGProbe(Probe):

@@ -47,7 +47,7 @@ from fedlight.core.messages import (
     TrainTask,
 )
 from fedlight.federation.engines.batched import BatchedEngine
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.runtime import ClientRuntime
 
 #: the ways a round's clients can train: one after another, batched, batched with its full
@@ -155,7 +155,7 @@ def make_engine(way: str, runtime: ClientRuntime, group_size: int | None) -> Cli
     """The engine of ``way`` over ``runtime`` (batched: up to ``group_size`` clients at once,
     None: from the device's free memory)."""
     if way == LOOP:
-        return LocalEngine(runtime)
+        return SequentialEngine(runtime)
     return BatchedEngine(runtime, group_size, graphs=way == GRAPHS)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from fedlight.clients.base import FederatedClient
-from fedlight.federation.local_loop import overrides
+from fedlight.federation.training_loop import overrides
 
 #: the methods that make a client's local step: a class overriding one of them declares
 #: ``batchable = True`` in its own body when its step can run vmapped (FederatedClient.batchable)

@@ -25,10 +25,10 @@ from fedlight.federation.engines.batched.planning import (
     schedule_signature,
 )
 from fedlight.federation.engines.batched.workspace import Workspace, step_capture
-from fedlight.federation.engines.local import LocalEngine
+from fedlight.federation.engines.sequential import SequentialEngine
 from fedlight.federation.engines.stacked_step import StackedOutputs
-from fedlight.federation.local_loop import check_phases, non_finite_loss
 from fedlight.federation.runtime import ClientRuntime
+from fedlight.federation.training_loop import check_phases, non_finite_loss
 
 
 @contextlib.contextmanager
@@ -62,8 +62,8 @@ def steps_note(captured: bool, padding: str | None) -> str:
             f"which run eagerly: {padding}")
 
 
-class BatchedEngine(LocalEngine):
-    """LocalEngine training up to ``group_size`` participants at once (module docstring):
+class BatchedEngine(SequentialEngine):
+    """SequentialEngine training up to ``group_size`` participants at once (module docstring):
     each participant is started, drawn and finished by the client runtime, as in the loop;
     only the local steps in between are one computation for the group.
 

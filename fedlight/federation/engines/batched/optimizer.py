@@ -20,7 +20,7 @@ from torch import Tensor
 from fedlight.clients.base import FederatedClient
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
-from fedlight.federation.local_loop import parse_optimizers, scale_lr
+from fedlight.federation.training_loop import parse_optimizers, scale_lr
 
 Rows = dict[str, Tensor]
 

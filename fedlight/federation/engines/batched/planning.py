@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from fedlight.core.client import Phase
 from fedlight.core.messages import TrainTask
-from fedlight.federation.local_loop import step_budget
 from fedlight.federation.runtime import ClientRound
+from fedlight.federation.training_loop import step_budget
 
 Batch = tuple[Tensor, Tensor]
 Rows = dict[str, Tensor]

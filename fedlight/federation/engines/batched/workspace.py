@@ -49,7 +49,7 @@ from fedlight.federation.engines.batched.planning import (
 )
 from fedlight.federation.engines.graphs import Capture, ReplayedStep, cuda_graph
 from fedlight.federation.engines.stacked_step import StackedStep
-from fedlight.federation.local_loop import LocalLoop, only_trainable
+from fedlight.federation.training_loop import TrainingLoop, only_trainable
 
 
 def step_capture(fabric: Any, graphs: bool) -> Capture | None:
@@ -78,7 +78,7 @@ class Workspace:
             eagerly).
     """
 
-    def __init__(self, client: FederatedClient, loop: LocalLoop, phase: Phase, template: Rows,
+    def __init__(self, client: FederatedClient, loop: TrainingLoop, phase: Phase, template: Rows,
                  sample: Batch, capture: Capture | None, pads: bool = True,
                  report: Callable[[str], None] | None = None) -> None:
         self.fabric = loop.fabric

@@ -21,7 +21,7 @@ from fedlight.core.messages import (
 from fedlight.federation.runtime import ClientRuntime
 
 
-class LocalEngine:
+class SequentialEngine:
     """Trains and scores the clients this process owns through ``runtime``.
 
     Args:
@@ -49,4 +49,4 @@ class LocalEngine:
                 for client_id, shared in downloads.items()}
 
 
-__all__ = ["LocalEngine"]
+__all__ = ["SequentialEngine"]

@@ -1,4 +1,4 @@
-"""The local loop: one client's local phases, driven like a Lightning training loop.
+"""The training loop: one client's local phases, driven like a Lightning training loop.
 
 In the spirit of Fabric's build-your-own-trainer example, every training batch of every phase
 runs through the LightningModule hooks in the order of Lightning's automatic optimization:
@@ -71,7 +71,7 @@ class SchedulerConfig:
 
 
 @dataclass
-class LocalResult:
+class TrainingResult:
     """One client's local training: its upload, summed loss, step count and (with
     ``optimizer_state="persist"``) the optimizer / scheduler state per phase."""
 
@@ -145,7 +145,7 @@ def only_trainable(client: nn.Module, patterns: Sequence[str] | None) -> Iterato
             param.requires_grad_(previous[name])
 
 
-class LocalLoop:
+class TrainingLoop:
     """Trains a client's local phases with Fabric (precision, device, backward).
 
     Args:
@@ -172,7 +172,7 @@ class LocalLoop:
 
     def fit(self, client: FederatedClient, epoch_batches: Callable[[], Iterable[Batch]],
             phases: Sequence[Phase], optimizer_states: dict[int, dict[str, Any]] | None = None,
-            ) -> LocalResult:
+            ) -> TrainingResult:
         """Run ``phases``, each epoch over ``epoch_batches()``, and take the upload after the
         phase that asks for it (else after the last: core.client.upload_phase); stop
         training after ``max_local_steps`` steps in all."""
@@ -199,7 +199,7 @@ class LocalLoop:
                 upload = client.upload()
         client.on_train_end()
         assert upload is not None
-        return LocalResult(upload, loss_sum, steps, saved if self.persist else {})
+        return TrainingResult(upload, loss_sum, steps, saved if self.persist else {})
 
     def run_phase(self, client: FederatedClient, phase: Phase,
                   epoch_batches: Callable[[], Iterable[Batch]],
@@ -371,7 +371,7 @@ def _cpu_copy(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "LocalLoop", "LocalResult", "SchedulerConfig",
-           "check_phases", "free_gradients", "non_finite_loss", "only_trainable", "overrides",
-           "parse_optimizers", "reads_stale_gradients", "scale_lr", "step_budget",
-           "zero_gradients"]
+__all__ = ["CLIP_ALGORITHMS", "OPTIMIZER_STATES", "SchedulerConfig", "TrainingLoop",
+           "TrainingResult", "check_phases", "free_gradients", "non_finite_loss",
+           "only_trainable", "overrides", "parse_optimizers", "reads_stale_gradients", "scale_lr",
+           "step_budget", "zero_gradients"]

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from fedlight.clients import FedAvg, Phase
 from fedlight.core.seeding import seed_global_rngs
-from fedlight.federation.local_loop import LocalLoop, parse_optimizers, reads_stale_gradients
+from fedlight.federation.training_loop import TrainingLoop, parse_optimizers, reads_stale_gradients
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 
@@ -45,7 +45,7 @@ def batches(count: int = 3):
 def test_scheduler_steps_exactly_as_in_a_plain_lightning_trainer(interval):
     data = batches()
     federated = make_client(Scheduled, interval=interval)
-    loop = LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8)
+    loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8)
     loop.run_phase(federated, Phase("train", 2), lambda: iter(data))
 
     plain = make_client(Scheduled, interval=interval)
@@ -97,7 +97,7 @@ def test_gradient_clipping_bounds_the_update():
     for clip in (None, 1e-4):
         client = make_client(FedAvg)
         before = torch.cat([p.detach().flatten().clone() for p in client.parameters()])
-        loop = LocalLoop(Fabric(accelerator="cpu", devices=1), 8, gradient_clip_val=clip)
+        loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), 8, gradient_clip_val=clip)
         loop.run_phase(client, Phase("train", 1), lambda: iter(data))
         after = torch.cat([p.detach().flatten() for p in client.parameters()])
         moved.append(float((after - before).norm()))
@@ -181,7 +181,7 @@ def grads_alive_at_each_forward(client) -> list[bool]:
     alive: list[bool] = []
     handle = client.model.register_forward_pre_hook(
         lambda module, args: alive.append(any(p.grad is not None for p in module.parameters())))
-    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+    TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
         client, Phase("train", 1), lambda: iter(batches()))
     handle.remove()
     return alive
@@ -228,7 +228,7 @@ class CountingSGD(torch.optim.SGD):
 def test_zero_grad_runs_between_training_step_and_backward():
     plain, extra = make_client(FedAvg), make_client(BackwardInStep)
     for client in (plain, extra):
-        LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+        TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
             client, Phase("train", 1), lambda: iter(batches()))
     for key, value in plain.state_dict().items():
         assert torch.equal(extra.state_dict()[key], value), key
@@ -237,7 +237,7 @@ def test_zero_grad_runs_between_training_step_and_backward():
 def test_an_optimizer_with_its_own_zero_grad_is_called_every_step():
     client = make_client(FedAvg)
     optimizer = CountingSGD(client.parameters(), lr=0.1)
-    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+    TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
         client, Phase("train", 1), lambda: iter(batches()), optimizer=optimizer)
     assert optimizer.zero_grad_calls == 3  # once per step, at Lightning's point only
 
@@ -249,7 +249,7 @@ def test_hooks_receive_the_configured_torch_optimizer():
         def on_before_optimizer_step(self, optimizer) -> None:
             seen.append(type(optimizer))
 
-    LocalLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
+    TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8).run_phase(
         make_client(Recording), Phase("train", 1), lambda: iter(batches(1)))
     assert seen == [torch.optim.SGD]
 
