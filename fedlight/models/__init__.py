@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from fedlight.models.backbone import CUTS, Backbone
+from fedlight.models.backbone import CUTS, Backbone, feature_size
 from fedlight.models.zoo import BACKBONES, build_backbone, register_backbone
 
 
@@ -23,4 +23,4 @@ def _import_every_module() -> None:
 
 _import_every_module()
 
-__all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone", "register_backbone"]
+__all__ = ["BACKBONES", "CUTS", "Backbone", "build_backbone", "feature_size", "register_backbone"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor, nn
 
 from fedlight.core.errors import ConfigError
@@ -101,6 +102,52 @@ class Backbone(nn.Module):
         The modules are the backbone's own (not copies): training them trains the backbone.
         """
         return [self.get_submodule(name) for name in self.block_names(cut)]
+
+
+def feature_size(model: nn.Module, input_shape: Sequence[int], owner: str = "this method") -> int:
+    """Size of the feature ``model.encoder`` outputs (and ``model.head`` reads).
+
+    ``model.feature_dim`` where the model has that attribute (every zoo ``Backbone``), else
+    the last dimension of one dry forward of ``model.encoder`` on two zero samples of
+    ``input_shape``, run without gradients and in eval mode (no BatchNorm statistic moves).
+
+    Raises:
+        ConfigError: the model has no ``encoder``, or the dry forward gives no
+            ``(batch, feature)`` output (e.g. a token embedding on float zeros); the one line
+            names ``owner`` and the model's class and says what to add.
+    """
+    declared = getattr(model, "feature_dim", None)
+    if isinstance(declared, int):
+        return declared
+    name = type(model).__name__
+    encoder = getattr(model, "encoder", None)
+    if not isinstance(encoder, nn.Module):
+        raise ConfigError(f"{owner} needs backbone {name} cut as submodules `encoder` (input -> "
+                          f"feature) and `head` (feature -> logits); {name} has no `encoder`")
+    features = _dry_forward(encoder, input_shape)
+    if features is None or features.dim() != 2:
+        raise ConfigError(f"{owner} needs the feature size of backbone {name}: set "
+                          f"{name}.feature_dim (its encoder gives no (batch, feature) output "
+                          f"on zeros of shape {tuple(input_shape)})")
+    return int(features.shape[1])
+
+
+def _dry_forward(encoder: nn.Module, input_shape: Sequence[int]) -> Tensor | None:
+    """``encoder``'s output on two zero samples of ``input_shape`` (None where it fails),
+    every submodule's train / eval mode left as it was."""
+    modes = [(module, module.training) for module in encoder.modules()]
+    weight = next(encoder.parameters(), None)
+    zeros = torch.zeros(2, *input_shape, device=weight.device if weight is not None else None)
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            output = encoder(zeros)
+    except (RuntimeError, TypeError, ValueError, IndexError):  # the input it cannot take
+        return None
+    finally:
+        for module, training in modes:
+            module.training = training
+    return output if isinstance(output, Tensor) else None
 
 
 def check_num_classes(num_classes: int) -> None:
