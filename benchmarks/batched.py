@@ -22,14 +22,17 @@ import torch
 
 from fedlight.clients import FedAvg
 from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.synthetic import Synthetic
 from fedlight.federation.trainer import FederatedTrainer
 
 
 def fit(group: int, args: argparse.Namespace) -> FederatedTrainer:
     """One FedAvg run with ``batched_clients=group``."""
-    data = FederatedDataModule(source="synthetic", num_clients=args.clients, partition="iid",
-                               synthetic_samples=args.clients * args.samples,
-                               synthetic_shape=(3, 32, 32), synthetic_classes=10, seed=0)
+    data = FederatedDataModule(source=Synthetic(samples=args.clients * args.samples,
+                                                shape=(3, 32, 32), classes=10),
+                               partition=IID(),
+                               num_clients=args.clients, seed=0)
     torch.manual_seed(0)
     client = FedAvg(backbone="cnn", num_classes=10, input_shape=(3, 32, 32), lr=0.005)
     with tempfile.TemporaryDirectory() as root:

@@ -37,6 +37,9 @@ from typing import Any
 
 import torch
 
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.sources.mnist5k import MNIST5k
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Busy loops that stop when the benchmark that started them is gone.
@@ -81,8 +84,9 @@ def worker(threads: str, rounds: int, method: str, devices: str = "1") -> None:
     from fedlight.federation.trainer import FederatedTrainer
 
     warnings.filterwarnings("ignore")
-    data = FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", beta=0.1,
-                               train_fraction=0.75, merge_test=True)
+    data = FederatedDataModule(source=MNIST5k(), partition=Dirichlet(beta=0.1), num_clients=20,
+                               train_fraction=0.75,
+                               merge_test=True)
     data.setup()
     torch.manual_seed(0)
     client = CLIENTS[method](backbone="cnn", num_classes=data.num_classes,

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.synthetic import Synthetic
 from fedlight.federation.processes.cpus import native_bf16
 from fedlight.models import BACKBONES, build_backbone
 
@@ -170,9 +172,10 @@ def fedlight_round_seconds(rounds: int, device: str, samples: int) -> float:
     from fedlight.data import FederatedDataModule
     from fedlight.federation.trainer import FederatedTrainer
 
-    data = FederatedDataModule(source="synthetic", num_clients=20, partition="iid",
-                               synthetic_samples=round(samples / 0.75),
-                               synthetic_shape=(3, 32, 32), synthetic_classes=10, seed=0)
+    data = FederatedDataModule(source=Synthetic(samples=round(samples / 0.75),
+                                                shape=(3, 32, 32), classes=10),
+                               partition=IID(), num_clients=20,
+                               seed=0)
     data.setup()
     torch.manual_seed(0)
     client = FedAvg(backbone="cnn", num_classes=10, input_shape=(3, 32, 32), lr=0.005)

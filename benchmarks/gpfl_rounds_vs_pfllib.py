@@ -52,6 +52,7 @@ from torch import nn
 
 from fedlight.core.seeding import derive_seed
 from fedlight.data.datamodule import iterate_batches
+from fedlight.data.sources.pfllib import PFLlib
 
 FEATURES, LR, MU, LAMDA, SEED = 512, 0.005, 0.1, 0.01, 0
 
@@ -164,7 +165,7 @@ def fedlight_run(server: Any, folder: Path, setup: dict[str, int], options: argp
         for target, source in pairs:
             for mine, theirs in zip(target.parameters(), source.parameters(), strict=True):
                 mine.copy_(theirs)
-    data = FederatedDataModule(source="pfllib", root=str(folder), num_clients=setup["clients"])
+    data = FederatedDataModule(source=PFLlib(root=str(folder)), num_clients=setup["clients"])
     trainer = FederatedTrainer(rounds=options.rounds, local_epochs=options.epochs,
                                batch_size=setup["batch"], accelerator="cpu", devices=1,
                                default_root_dir=str(root), progress_bar=False, logger="csv",

@@ -97,7 +97,9 @@ import yaml
 from floor import flops_per_sample, quiet, throughputs
 
 from fedlight.clients import CLIENTS
-from fedlight.data import FederatedDataModule
+from fedlight.data import FederatedDataModule, SampleCaps
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.packed import Packed
 from fedlight.federation.engines.batched import BatchedEngine
 from fedlight.federation.engines.choice import BATCHED, GRAPHS, LOOP
 from fedlight.federation.trainer import FederatedTrainer
@@ -352,12 +354,12 @@ def run_section(report: Report, section: Section, shares_left: float) -> None:
 
 
 # ----------------------------------------------------------------------------- runs
-def packed_data(data: Path, clients: int, samples: int, partition: str = "iid"
-                ) -> FederatedDataModule:
-    """``clients`` clients of at most ``samples`` images of the packed file (75 % train)."""
-    return FederatedDataModule(source="packed", root=str(data), num_clients=clients,
-                               partition=partition, beta=0.1, max_client_samples=samples,
-                               merge_test=True, seed=0)
+def packed_data(data: Path, clients: int, samples: int) -> FederatedDataModule:
+    """``clients`` IID clients of at most ``samples`` images of the packed file (75 %
+    train)."""
+    return FederatedDataModule(source=Packed(root=str(data)), partition=IID(),
+                               num_clients=clients, merge_test=True, seed=0,
+                               caps=SampleCaps(client_samples=samples))
 
 
 def fit(method: str, backbone: str, batch: int, lr: float, mode: str, data: FederatedDataModule,
@@ -619,9 +621,11 @@ def pfllib_section(report: Report, pfllib: Path, data: Path, settings_: Settings
         config = Path(folder) / "gpu_pfllib.yaml"
         config.write_text(yaml.safe_dump({
             "model": {"class_path": "FedAvg", "init_args": {"backbone": "cnn", "lr": 0.005}},
-            "data": {"source": "packed", "root": str(data.resolve()),
-                     "num_clients": settings_.pfllib_clients, "partition": "dirichlet",
-                     "beta": 0.1, "max_client_samples": settings_.pfllib_samples,
+            "data": {"source": {"class_path": "Packed",
+                                "init_args": {"root": str(data.resolve())}},
+                     "num_clients": settings_.pfllib_clients,
+                     "partition": {"class_path": "Dirichlet", "init_args": {"beta": 0.1}},
+                     "caps": {"client_samples": settings_.pfllib_samples},
                      "merge_test": True, "train_fraction": 0.75, "seed": 0},
             "trainer": {"rounds": rounds, "join_ratio": 1.0, "local_epochs": 1,
                         "batch_size": 10, "eval_every": min(5, rounds), "seed": 0,

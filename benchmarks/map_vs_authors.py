@@ -286,6 +286,7 @@ def fedlight_rounds(method: str, initial: nn.Module, folder: Path, options: argp
     """fedlight's run from the authors' initial weights: per round the mean over participants
     of the personalized (and HPM) accuracy, and the trainer."""
     from fedlight.data import FederatedDataModule
+    from fedlight.data.sources.pfllib import PFLlib
     from fedlight.federation.trainer import FederatedTrainer
 
     client = fedlight_client(method, options)
@@ -294,7 +295,7 @@ def fedlight_rounds(method: str, initial: nn.Module, folder: Path, options: argp
             mine.copy_(theirs)
         if client.hpm is not None:  # hpm_init: initial
             client.hpm.load_state_dict(client.model.state_dict())
-    data = FederatedDataModule(source="pfllib", root=str(folder), num_clients=options.clients)
+    data = FederatedDataModule(source=PFLlib(root=str(folder)), num_clients=options.clients)
     trainer = FederatedTrainer(rounds=options.rounds, local_epochs=options.epochs,
                                batch_size=options.batch, accelerator="cpu", devices=1,
                                default_root_dir=str(root), progress_bar=False, logger="csv",
@@ -459,6 +460,7 @@ FAKE_CLASSES = {
 }
 FAKE_NETWORK = '''
 from torch import nn
+from fedlight.data.sources.pfllib import PFLlib
 
 
 class TFCNN(nn.Module):

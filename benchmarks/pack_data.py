@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedlight.data.images import class_folders, decode_images
-from fedlight.data.packed import read_packed, write_packed
+from fedlight.data.sources.images import class_folders, decode_images
+from fedlight.data.sources.packed import read_packed, write_packed
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -55,7 +55,7 @@ def pack_imagefolder(root: Path, first: tuple[int, int] | None, image_size: int 
 def pack_domains(root: Path, image_size: int) -> dict[str, object]:
     """Every image of ``root/<domain>/<class>/*`` (Office-Caltech-10's layout) as the train
     split, with its domain id."""
-    from fedlight.data.office_caltech10 import CLASSES, DOMAINS, LAYOUT
+    from fedlight.data.sources.office_caltech10 import CLASSES, DOMAINS, LAYOUT
 
     images, labels, domains = [], [], []
     for index, domain in enumerate(DOMAINS):

@@ -37,8 +37,9 @@ The clients: ``--folder``, a PFLlib-layout folder (``train/<i>.npz``, ``test/<i>
 ``config.json``); ``--data-root DIR``, a CIFAR-10 folder in ImageFolder layout, split here
 (``--clients`` clients, ``pathological`` with ``--classes-per-client`` classes, at most
 ``--max-client-samples`` images a client, 80 / 20 train / test, ``--split-seed``) and exported
-with ``fedlight.data.pfllib.export_pfllib``; by default a small folder of random images written
-here (the self-test). With ``--out DIR`` each comparison is written to ``DIR/<method>.json``.
+with ``fedlight.data.sources.pfllib.export_pfllib``; by default a small folder of random images
+written here (the self-test). With ``--out DIR`` each comparison is written to
+``DIR/<method>.json``.
 
     python benchmarks/privatize_vs_authors.py ../authors/FedPS-AggregateOrNot \\
         --data-root ../shared/data/cifar10 --max-client-samples 125 --batch 32 --rounds 20 \\
@@ -296,6 +297,10 @@ STAND_IN_FEDPS_AUTO = '''
 import torch.nn.functional as F
 
 from fedps import FedPS
+from fedlight.data import SampleCaps
+from fedlight.data.partitions.pathological import Pathological
+from fedlight.data.sources.imagefolder import ImageFolder
+from fedlight.data.sources.pfllib import PFLlib
 
 
 class FedPSAuto(FedPS):
@@ -334,18 +339,22 @@ def write_random_clients(folder: Path, clients: int, train: int, test: int) -> N
 def export_cifar10(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Split the CIFAR-10 folder at ``--data-root`` as the options say, export it in PFLlib's
     layout to ``folder``; returns the split's description."""
-    from fedlight.data import FederatedDataModule
-    from fedlight.data.pfllib import export_pfllib
+    from fedlight.data import FederatedDataModule, SampleCaps
+    from fedlight.data.partitions.pathological import Pathological
+    from fedlight.data.sources.imagefolder import ImageFolder
+    from fedlight.data.sources.pfllib import export_pfllib
 
     split = {"dataset": "cifar10", "source": "imagefolder", "clients": options.clients,
              "partition": "pathological", "classes_per_client": options.classes_per_client,
              "max_client_samples": options.max_client_samples, "train_fraction": 0.8,
              "seed": options.split_seed}
-    data = FederatedDataModule(source="imagefolder", root=str(options.data_root),
-                               num_clients=options.clients, partition="pathological",
-                               classes_per_client=options.classes_per_client,
-                               max_client_samples=options.max_client_samples,
-                               train_fraction=0.8, seed=options.split_seed)
+    data = FederatedDataModule(source=ImageFolder(root=str(options.data_root)),
+                               partition=Pathological(
+                                   classes_per_client=options.classes_per_client),
+                               num_clients=options.clients,
+                               train_fraction=0.8,
+                               seed=options.split_seed,
+                               caps=SampleCaps(client_samples=options.max_client_samples))
     export_pfllib(data, folder)
     (folder / SPLIT_FILE).write_text(json.dumps(split) + "\n")
     return split
@@ -617,10 +626,11 @@ def fedlight_rounds(client: Any, folder: Path, rounds: int, batch: int, root: Pa
     accuracy (%, mean over clients, scored after local training) and the global model's
     (%, NaN where there is none) after each round, and the trainer."""
     from fedlight.data import FederatedDataModule
+    from fedlight.data.sources.pfllib import PFLlib
     from fedlight.federation.trainer import FederatedTrainer
 
     count = json.loads((folder / "config.json").read_text())["num_clients"]
-    data = FederatedDataModule(source="pfllib", root=str(folder), num_clients=count)
+    data = FederatedDataModule(source=PFLlib(root=str(folder)), num_clients=count)
     trainer = FederatedTrainer(
         rounds=rounds, local_epochs=EPOCHS, batch_size=batch, weighting="uniform", seed=SEED,
         reinitialize=False, gradient_clip_val=CLIP, eval_batch_size=100_000,

@@ -41,6 +41,8 @@ import torch
 
 from fedlight.clients import FedPer
 from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.synthetic import Synthetic
 from fedlight.federation.state.stores import make_store
 from fedlight.federation.trainer import FederatedTrainer
 
@@ -50,10 +52,10 @@ LR = 0.01
 
 
 def make_data(num_clients: int, samples_per_client: int, seed: int = 0) -> FederatedDataModule:
-    return FederatedDataModule(
-        source="synthetic", num_clients=num_clients, partition="iid",
-        synthetic_samples=num_clients * samples_per_client, synthetic_shape=SHAPE,
-        synthetic_classes=CLASSES, min_client_size=2, seed=seed)
+    return FederatedDataModule(source=Synthetic(samples=num_clients * samples_per_client,
+                                                shape=SHAPE, classes=CLASSES),
+                               partition=IID(),
+                               num_clients=num_clients, seed=seed)
 
 
 def make_client(seed: int = 0) -> FedPer:

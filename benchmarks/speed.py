@@ -59,7 +59,13 @@ from fedlight.clients import CLIENTS
 from fedlight.core.rules import WeightedSum
 from fedlight.core.seeding import derive_seed
 from fedlight.data import FederatedDataModule, iterate_batches
-from fedlight.federation.build import Run
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.natural import Natural
+from fedlight.data.sources import Source
+from fedlight.data.sources.agnews import AGNews
+from fedlight.data.sources.mnist5k import MNIST5k
+from fedlight.data.sources.shakespeare import Shakespeare
+from fedlight.federation.build import Federation
 from fedlight.federation.memory_format import (
     apply_memory_format,
     in_memory_format,
@@ -87,8 +93,10 @@ def text_fixtures() -> Any:
 
 @dataclass(frozen=True)
 class Workload:
-    """A data source and the backbone and learning rate the papers train on it."""
+    """A data source and the backbone and learning rate the papers train on it: ``source``
+    builds the source given the folder ``write`` wrote its files into (None without one)."""
 
+    source: Callable[[str | None], Source]
     data: dict[str, Any]
     backbone: str
     lr: float
@@ -98,16 +106,16 @@ class Workload:
 
 
 WORKLOADS = {
-    "mnist5k": Workload({"source": "mnist5k", "partition": "dirichlet", "beta": 0.1}, "cnn",
+    "mnist5k": Workload(lambda root: MNIST5k(), {"partition": Dirichlet(beta=0.1)}, "cnn",
                         0.005, countable=True),
     "agnews": Workload(
-        {"source": "agnews", "partition": "dirichlet", "beta": 1.0, "merge_test": True},
+        AGNews, {"partition": Dirichlet(beta=1.0), "merge_test": True},
         "fasttext", 0.1, lambda folder: text_fixtures().write_agnews(
             folder, AGNEWS_ARTICLES * 3 // 16, AGNEWS_ARTICLES // 16,
             vocabulary=AGNEWS_VOCABULARY)),
     "shakespeare": Workload(
-        {"source": "shakespeare", "partition": "natural", "merge_test": True,
-         "train_fraction": 0.8}, "char_lstm", 1.0,
+        Shakespeare, {"partition": Natural(), "merge_test": True, "train_fraction": 0.8},
+        "char_lstm", 1.0,
         lambda folder: text_fixtures().write_shakespeare(folder, SHAKESPEARE_ROLES,
                                                          SHAKESPEARE_SAMPLES)),
 }
@@ -119,7 +127,7 @@ def make_data() -> FederatedDataModule:
     root = None
     if workload.write is not None:
         root = str(workload.write(Path(tempfile.mkdtemp(prefix="fedlight-speed-"))))
-    data = FederatedDataModule(num_clients=20, root=root, **workload.data)
+    data = FederatedDataModule(source=workload.source(root), num_clients=20, **workload.data)
     data.setup()
     return data
 
@@ -137,7 +145,7 @@ clock = time.perf_counter  # set from --clock
 class ClockedTrainer(FederatedTrainer):
     """The trainer, timing each round's training and aggregation with :data:`clock`."""
 
-    def _build(self, *args: Any, **kwargs: Any) -> Run:
+    def _build(self, *args: Any, **kwargs: Any) -> Federation:
         built = super()._build(*args, **kwargs)
         self.clocked_seconds: list[float] = []
         run_round = built.protocol.run_round

@@ -8,10 +8,10 @@ https://github.com/TsingZ0/PFLlib``; nothing of PFLlib is shipped with fedlight)
    32 inputs and ``MNIST`` for 1 x 28 x 28, so PFLlib's ``-m CNN`` builds the same 4-layer CNN as
    fedlight's ``cnn``);
 2. runs every method in both, each a fresh process timed from start to exit: fedlight trains on
-   that very folder (``data.source: pfllib``), PFLlib with ``system/main.py`` flags carrying the
-   same hyper-parameters (rounds, batch size, lr, local epochs, join ratio, evaluation gap and
-   each method's own weights, read from the fedlight configuration so both use the same
-   values where the two defaults differ, e.g. FedProx's mu or FedRep's head epochs);
+   that very folder (``data.source: {class_path: PFLlib}``), PFLlib with ``system/main.py``
+   flags carrying the same hyper-parameters (rounds, batch size, lr, local epochs, join ratio,
+   evaluation gap and each method's own weights, read from the fedlight configuration so both
+   use the same values where the two defaults differ, e.g. FedProx's mu or FedRep's head epochs);
 3. tabulates the best personalized accuracy over the evaluated rounds (fedlight's
    ``best_personalized_accuracy``; PFLlib's printed "Best accuracy", the same pooled
    accuracy over all clients' test samples), the wall and CPU seconds side by side, and the
@@ -131,7 +131,9 @@ def fedlight_arguments(method: Method, config: Path, folder: Path, rounds: int,
     fedlight's default), then ``extra``."""
     return ["-c", str(config), f"--model={method.fedlight}",
             *(f"--model.init_args.{k}={v}" for k, v in method.init_args),
-            "--data.source=pfllib", f"--data.root={folder}", f"--trainer.rounds={rounds}",
+            "--data.source="
+            + json.dumps({"class_path": "PFLlib", "init_args": {"root": str(folder)}}),
+            f"--trainer.rounds={rounds}",
             *([] if threads is None else [f"--trainer.threads={threads}"]),
             "--trainer.progress_bar=false", "--trainer.verbose=false", *extra]
 
@@ -146,7 +148,7 @@ def changed_config(config: Path, changes: Sequence[str], out: Path) -> Path:
         key, sep, value = entry.partition("=")
         if not sep or not key:
             raise SystemExit(f"error: --set {entry!r}: expected KEY=VALUE, "
-                             "e.g. data.max_client_samples=300")
+                             "e.g. data.caps.client_samples=300")
         *sections, leaf = key.split(".")
         node = content
         for section in sections:
@@ -363,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="run each pair this many times, in turn (walls: the median)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="change the config for both libraries, e.g. "
-                        "data.max_client_samples=300 (the exported split follows it)")
+                        "data.caps.client_samples=300 (the exported split follows it)")
     parser.add_argument("--fedlight-args", nargs="*", default=[],
                         help="more fedlight fit options for every variant, e.g. "
                         "--trainer.devices=auto")

@@ -33,6 +33,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fedlight.clients import CLIENTS
 from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.synthetic import Synthetic
 from fedlight.federation.trainer import FederatedTrainer
 
 SHAPE = (3, 32, 32)
@@ -41,9 +43,10 @@ LR = 0.01
 
 
 def make_data(clients: int, samples: int) -> FederatedDataModule:
-    return FederatedDataModule(source="synthetic", num_clients=clients, partition="iid",
-                               synthetic_samples=clients * samples, synthetic_shape=SHAPE,
-                               synthetic_classes=CLASSES, min_client_size=2, seed=0)
+    return FederatedDataModule(source=Synthetic(samples=clients * samples, shape=SHAPE,
+                                                classes=CLASSES),
+                               partition=IID(),
+                               num_clients=clients, seed=0)
 
 
 def make_client(method: str) -> Any:

@@ -12,15 +12,26 @@ os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)  # tiny models: one thread is faster and steadier
 
 from fedlight.data import FederatedDataModule  # noqa: E402
+from fedlight.data.partitions import PARTITIONS, Partition  # noqa: E402
+from fedlight.data.sources.synthetic import Synthetic  # noqa: E402
 from fedlight.federation.processes import cpus  # noqa: E402
 from fedlight.federation.trainer import FederatedTrainer  # noqa: E402
 
+#: What tiny_data's partitions are given (sized for its 240 samples of 4 classes)
+TINY_PARTITION_OPTIONS = {"dirichlet": {"min_client_size": 5}, "incomplete": {"min_client_size": 5},
+                          "pathological": {"classes_per_client": 2}}
 
-def tiny_data(num_clients: int = 4, partition: str = "iid", **kwargs) -> FederatedDataModule:
-    """A few hundred 1x8x8 synthetic samples over ``num_clients`` clients."""
-    options = dict(source="synthetic", num_clients=num_clients, partition=partition,
-                   synthetic_samples=240, synthetic_shape=(1, 8, 8), synthetic_classes=4,
-                   min_client_size=5, classes_per_client=2)
+
+def tiny_data(num_clients: int = 4, partition: str | Partition = "iid",
+              shape: tuple[int, ...] = (1, 8, 8), samples: int = 240, classes: int = 4,
+              **kwargs) -> FederatedDataModule:
+    """``samples`` synthetic samples of ``classes`` classes (each of ``shape``) over
+    ``num_clients`` clients; ``partition`` a Partition or the name of one (built with
+    TINY_PARTITION_OPTIONS)."""
+    if isinstance(partition, str):
+        partition = PARTITIONS[partition](**TINY_PARTITION_OPTIONS.get(partition, {}))
+    options = dict(source=Synthetic(samples=samples, shape=shape, classes=classes),
+                   partition=partition, num_clients=num_clients)
     options.update(kwargs)
     return FederatedDataModule(**options)
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from fedlight.data.cinic10 import CLASSES as CINIC_CLASSES
-from fedlight.data.digits5_real import DOMAINS as DIGITS_DOMAINS
-from fedlight.data.domainnet10 import CLASSES as DOMAINNET_CLASSES
-from fedlight.data.domainnet10 import DOMAINS as DOMAINNET_DOMAINS
-from fedlight.data.office_caltech10 import CLASSES as OFFICE_CLASSES
-from fedlight.data.office_caltech10 import DOMAINS as OFFICE_DOMAINS
+from fedlight.data.sources.cinic10 import CLASSES as CINIC_CLASSES
+from fedlight.data.sources.digits5_real import DOMAINS as DIGITS_DOMAINS
+from fedlight.data.sources.domainnet10 import CLASSES as DOMAINNET_CLASSES
+from fedlight.data.sources.domainnet10 import DOMAINS as DOMAINNET_DOMAINS
+from fedlight.data.sources.office_caltech10 import CLASSES as OFFICE_CLASSES
+from fedlight.data.sources.office_caltech10 import DOMAINS as OFFICE_DOMAINS
 from tests.text_fixtures import write_agnews, write_amazon, write_har, write_shakespeare
 
 

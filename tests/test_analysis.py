@@ -26,6 +26,9 @@ from fedlight.clients import GPFL, FedAvg, FedPick
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.seeding import derive_seed
 from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.digits import Digits
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.trainer import FederatedTrainer
 from fedlight.privacy.dlg import DLGProbe, attack_surface, attacked_batches, psnr
@@ -37,8 +40,7 @@ def fit(root, method, rounds: int, name: str, probes=(), **options):
     """A tiny finished run: scikit-learn's 8x8 digits over 2 clients, an MLP."""
     torch.manual_seed(0)
     client = method(backbone="mlp", num_classes=10, input_shape=(1, 8, 8), lr=0.05, **options)
-    data = FederatedDataModule(source="digits", num_clients=CLIENTS, partition="dirichlet",
-                               beta=0.5)
+    data = FederatedDataModule(source=Digits(), partition=Dirichlet(beta=0.5), num_clients=CLIENTS)
     trainer = FederatedTrainer(rounds=rounds, batch_size=32, accelerator="cpu", devices=1,
                                default_root_dir=str(root), run_name=name, progress_bar=False,
                                verbose=False, checkpoint_every=1, threads=1,
@@ -331,7 +333,7 @@ def legends(monkeypatch):
 def test_tsne_names_every_one_of_twenty_clients_in_its_legend(tmp_path, legends):
     torch.manual_seed(0)
     client = FedAvg(backbone="mlp", num_classes=10, input_shape=(1, 8, 8), lr=0.05)
-    data = FederatedDataModule(source="digits", num_clients=20, partition="iid")
+    data = FederatedDataModule(source=Digits(), partition=IID(), num_clients=20)
     trainer = FederatedTrainer(rounds=1, batch_size=32, accelerator="cpu", devices=1,
                                default_root_dir=str(tmp_path), run_name="twenty",
                                progress_bar=False, verbose=False, threads=1)

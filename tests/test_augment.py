@@ -11,6 +11,9 @@ from torchvision.transforms.v2 import functional as TF
 from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
 from fedlight.data.augment import Augment, BatchAugmentation, affine_resample, jitter_pixels
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.mnist5k import MNIST5k
+from fedlight.data.sources.synthetic import Synthetic
 
 SHAPE = (3, 8, 8)
 MEAN = torch.tensor([0.5, 0.4, 0.3]).view(1, 3, 1, 1)
@@ -162,7 +165,7 @@ def test_bad_options_are_one_line_errors() -> None:
 
 
 def test_the_data_module_is_off_by_default_and_builds_it_when_asked() -> None:
-    options = dict(source="mnist5k", num_clients=4, partition="iid")
+    options = dict(source=MNIST5k(), partition=IID(), num_clients=4)
     assert FederatedDataModule(**options).augmentation is None
     assert FederatedDataModule(**options, augment={"hflip": False}).augmentation is None
     data = FederatedDataModule(**options, augment={"crop_padding": 2, "hflip": True})
@@ -180,7 +183,7 @@ def test_the_data_module_is_off_by_default_and_builds_it_when_asked() -> None:
 
 
 def test_the_data_module_refuses_augmenting_non_images() -> None:
-    data = FederatedDataModule(source="synthetic", synthetic_shape=(20,), num_clients=4,
-                               partition="iid", augment={"hflip": True})
+    data = FederatedDataModule(source=Synthetic(shape=(20,)), partition=IID(), num_clients=4,
+                               augment={"hflip": True})
     with pytest.raises(ConfigError, match="needs image inputs"):
         data.setup()

@@ -149,8 +149,8 @@ def test_fedrep_phases_follow_the_arguments():
 
 # ------------------------------------------------------------------------------ FedBN
 def test_fedbn_keeps_batchnorm_private_and_shares_the_convolutions(tmp_path):
-    data = tiny_data(num_clients=3, partition="pathological", synthetic_shape=(1, 16, 16),
-                     synthetic_samples=120)
+    data = tiny_data(num_clients=3, partition="pathological", shape=(1, 16, 16),
+                     samples=120)
     trainer = tiny_trainer(tmp_path, rounds=2)
     torch.manual_seed(0)
     client = FedBN(num_classes=4, input_shape=(1, 16, 16), lr=0.05)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedlight.clients import CLIENTS
+from fedlight.data.partitions.dirichlet import Dirichlet
 from tests.conftest import tiny_data, tiny_trainer
 
 METHODS = ["SCAFFOLD", "FedDyn", "FedNova", "MOON"]
@@ -27,7 +28,7 @@ def rows(path):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_resumed_run_equals_uninterrupted_run(name, tmp_path):
-    data = tiny_data(partition="dirichlet", beta=0.3)
+    data = tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5))
     full = tiny_trainer(tmp_path, rounds=3, join_ratio=0.5, run_name="full")
     full.fit(make(name), data)
     tiny_trainer(tmp_path, rounds=2, join_ratio=0.5, run_name="resumed").fit(make(name), data)
@@ -44,7 +45,7 @@ def test_resumed_run_equals_uninterrupted_run(name, tmp_path):
 @pytest.mark.parametrize("name", ["SCAFFOLD", "FedNova"])
 def test_two_processes_equal_one(name, tmp_path):
     threads = torch.get_num_threads()
-    data = tiny_data(partition="dirichlet", beta=0.3)
+    data = tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5))
     one = tiny_trainer(tmp_path, rounds=2, run_name="one", threads=1)
     one.fit(make(name), data)
     two = tiny_trainer(tmp_path, rounds=2, run_name="two", threads=1, devices=2,

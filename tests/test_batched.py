@@ -12,6 +12,7 @@ import torch
 from fedlight.clients import FedAvg, FedBABU, FedProx, FedRep, Local
 from fedlight.core.client import Phase
 from fedlight.data.datamodule import iterate_batches
+from fedlight.data.partitions.dirichlet import Dirichlet
 from fedlight.federation.engines.batched import (
     BatchedEngine,
     batching_refusal,
@@ -22,7 +23,7 @@ from tests.conftest import make_client, tiny_data, tiny_trainer
 from tests.test_batched_methods import assert_stacked, count_stacked_calls  # noqa: F401
 
 # Dirichlet sizes: clients take different numbers of steps and end on smaller last batches.
-DATA = dict(num_clients=5, partition="dirichlet", beta=0.5, synthetic_samples=300)
+DATA = dict(num_clients=5, partition=Dirichlet(beta=0.5, min_client_size=5), samples=300)
 TOLERANCE = dict(rel=1e-4, abs=1e-5)
 
 
@@ -86,8 +87,8 @@ def test_the_group_size_does_not_change_the_result(tmp_path):
 def test_convolutions_are_batched_too(tmp_path):
     def cnn():
         return make_client(FedAvg, backbone="cnn", input_shape=(1, 28, 28), lr=0.05)
-    options = dict(synthetic_shape=(1, 28, 28), synthetic_samples=120, num_clients=3,
-                   partition="dirichlet", beta=0.5)
+    options = dict(shape=(1, 28, 28), samples=120, num_clients=3,
+                   partition=Dirichlet(beta=0.5, min_client_size=5))
     results = []
     for name, batched in (("loop", 1), ("batched", 3)):
         trainer = tiny_trainer(tmp_path, rounds=2, batch_size=10, threads=1, run_name=name,

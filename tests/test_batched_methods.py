@@ -36,6 +36,7 @@ from fedlight.clients import (
     Privatize,
 )
 from fedlight.core.noise import Dropout
+from fedlight.data.partitions.dirichlet import Dirichlet
 from fedlight.federation import build, population
 from fedlight.federation.engines import batched
 from fedlight.federation.engines.batched import BatchedEngine
@@ -45,7 +46,7 @@ from fedlight.federation.engines.stacked_step import StackedOutputs, StackedStep
 from fedlight.federation.runtime import ClientRuntime
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
-DATA = dict(num_clients=5, partition="dirichlet", beta=0.5, synthetic_samples=300)
+DATA = dict(num_clients=5, partition=Dirichlet(beta=0.5, min_client_size=5), samples=300)
 IMAGE_16 = dict(input_shape=(1, 16, 16))
 
 
@@ -81,7 +82,7 @@ CASES = {
     "fedrs": (lambda: make_client(FedRS, rs_alpha=0.5), {}),
     "fedphp": (lambda: make_client(FedPHP, lamda=0.5), {}),
     "fedpick": (lambda: make_client(FedPick, backbone="cnn_bn", lr=0.01, **IMAGE_16),
-                {"synthetic_shape": (1, 16, 16)}),
+                {"shape": (1, 16, 16)}),
     "privatize-AaBb": (lambda: make_client(Privatize, way="AaBb"), {}),
     "privatize-AaB": (lambda: make_client(Privatize, way="AaB"), {}),
     "autosa": (lambda: make_client(AutoSA, shared_path_loss=True), {}),
@@ -93,18 +94,18 @@ CASES = {
     "ditto": (lambda: make_client(Ditto, lamda=0.5), {}),
     "fedproto": (lambda: make_client(FedProto, lamda=0.5), {}),
     "fedbn": (lambda: make_client(FedBN, backbone="cnn_bn", **IMAGE_16),
-              {"synthetic_shape": (1, 16, 16)}),
+              {"shape": (1, 16, 16)}),
     "dropout": (with_dropout, {}),
     "digit-cnn": (lambda: make_client(FedBN, backbone="digit_cnn", lr=0.01,
                                       input_shape=(3, 16, 16)),
-                    {"synthetic_shape": (3, 16, 16), "num_clients": 3, "synthetic_samples": 60}),
+                    {"shape": (3, 16, 16), "num_clients": 3, "samples": 60}),
     "vgg8-bn": (lambda: make_client(FedAvg, backbone="vgg8_bn", lr=0.01,
                                     input_shape=(3, 32, 32)),
-                {"synthetic_shape": (3, 32, 32), "num_clients": 3, "synthetic_samples": 60}),
+                {"shape": (3, 32, 32), "num_clients": 3, "samples": 60}),
     "alexnet-bn": (lambda: make_client(FedBN, backbone="alexnet_bn", lr=0.01,
                                        input_shape=(3, 64, 64),
                                        backbone_kwargs={"fc_dims": [32]}),
-                   {"synthetic_shape": (3, 64, 64), "num_clients": 3, "synthetic_samples": 60}),
+                   {"shape": (3, 64, 64), "num_clients": 3, "samples": 60}),
 }
 
 
@@ -247,7 +248,7 @@ def test_the_step_cap_and_the_augmentation_apply_batched_as_in_the_loop(tmp_path
         trainer = tiny_trainer(tmp_path, rounds=2, batch_size=5, threads=1, run_name=name,
                                batched_clients=batched_clients, local_epochs=2,
                                max_local_steps=7, verbose=False)
-        data = tiny_data(**{**DATA, "synthetic_shape": (1, 16, 16)},
+        data = tiny_data(**{**DATA, "shape": (1, 16, 16)},
                          augment={"hflip": True, "crop_padding": 2})
         summary = trainer.fit(make_client(FedRep, head_epochs=1, **IMAGE_16), data)
         with open(f"{summary['run_dir']}/metrics.csv") as handle:

@@ -78,7 +78,7 @@ def padded_and_finished(counts, batch_size):
     (lambda: make_client(MAP, kt="mmd", lamda=0.3), {}),
     (lambda: make_client(FedPick, backbone="cnn", lr=0.01, lambda_lce=1.0, lambda_dis=1.0,
                          lambda_ent=0.1, keep_budget=0.5, lambda_budget=0.1, **IMAGE_16),
-     {"synthetic_shape": (1, 16, 16)}),
+     {"shape": (1, 16, 16)}),
     (lambda: make_client(Privatize, way="AaBb"), {}),
     pytest.param(lambda: make_client(Ditto, lamda=0.5), {}, marks=pytest.mark.slow),
     pytest.param(lambda: make_client(FedRoD), {}, marks=pytest.mark.slow),
@@ -109,7 +109,7 @@ def test_batchnorm_keeps_its_smaller_batches_eager_and_says_why(tmp_path, stand_
     def make():
         return make_client(FedBN, backbone="cnn_bn", **IMAGE_16)
 
-    options = {"synthetic_shape": (1, 16, 16)}
+    options = {"shape": (1, 16, 16)}
     loop, loop_rows = fit(tmp_path, make, "loop", 1, **options)
     batched_run, batched_rows = fit(tmp_path, make, "batched", 4, **options)
     assert_same_run(loop, batched_run, loop_rows, batched_rows, atol=1e-9, rel=1e-6)

@@ -146,8 +146,8 @@ def test_a_callback_that_is_not_a_round_callback_is_refused(tmp_path):
 
 
 CLI_RUN = ["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp", "--data.source",
-           "synthetic", "--data.num_clients", "2", "--data.synthetic_samples", "60",
-           "--data.synthetic_shape", "[1,4,4]", "--trainer.progress_bar", "false",
+           "Synthetic", "--data.num_clients", "2", "--data.source.samples", "60",
+           "--data.source.shape", "[1,4,4]", "--trainer.progress_bar", "false",
            "--trainer.verbose", "false", "--trainer.accelerator", "cpu"]
 
 

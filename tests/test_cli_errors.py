@@ -19,16 +19,30 @@ PATHOLOGICAL = str(ROOT / "fedavg/mnist5k_pathological.yaml")
 
 CASES = {
     "typo in model": (["--model", "GPLF"], "unknown model 'GPLF'; valid: ", "did you mean 'GPFL'?"),
-    "typo in YAML key": (["-c", "{typo}"], "'data.bta'", "did you mean 'data.beta'?"),
+    "typo in YAML key": (["-c", "{typo}"], "'data.sed'", "did you mean 'data.seed'?"),
     "typo in option": (["--trainer.roundz", "3"], "--trainer.roundz",
                        "did you mean 'trainer.rounds'?"),
-    "typo in source": (["--data.source", "mnst"], "unknown data source 'mnst'",
-                       "did you mean 'mnist'?"),
-    "negative beta": (["--data.beta", "-1"], "beta=-1.0 is invalid", "use beta > 0"),
-    "classes per client": (["-c", PATHOLOGICAL, "--data.classes_per_client", "11"],
+    "typo in source": (["--data.source", "MNIST5kk"], "data.source: unknown class 'MNIST5kk'",
+                       "did you mean 'MNIST5k'?"),
+    "negative beta": (["--data.partition.beta", "-1"], "beta=-1.0 is invalid", "use beta > 0"),
+    "classes per client": (["-c", PATHOLOGICAL, "--data.partition.classes_per_client", "11"],
                            "classes_per_client=11", "use 1..10"),
-    "missing data folder": (["--data.source", "pfllib", "--data.root", "{tmp}/nowhere"],
+    "missing data folder": (["--data.source", "PFLlib", "--data.source.root", "{tmp}/nowhere"],
                             "nowhere", "config.json"),
+    "flat partition key in a YAML": (["-c", "{flat}"], "error: data.beta moved: use "
+                                     "data.partition: {class_path: Dirichlet, init_args: "
+                                     "{beta: 0.3}}"),
+    "source name in a YAML": (["-c", "{named}"], "error: data.source: cifar10 moved: use "
+                              "data.source: {class_path: CIFAR10} (valid: AGNews, "),
+    "flat cap on the command line": (["--data.max_train_samples", "5"], "error: "
+                                     "data.max_train_samples moved: use data.caps: "
+                                     "{train_samples: ...}"),
+    "flat source key on the command line": (["--data.root", "x"], "error: data.root moved: "
+                                            "use data.source: {class_path: <Source>, "
+                                            "init_args: {root: ...}}"),
+    "partition name on the command line": (["--data.partition", "shards"], "error: "
+                                           "data.partition: shards moved: use data.partition: "
+                                           "{class_path: Shards}"),
     "zero rounds": (["--trainer.rounds", "0"], "rounds must be at least 1, got 0", ""),
     "join ratio": (["--trainer.join_ratio", "1.5"], "join_ratio must be in (0, 1], got 1.5", ""),
     "no clients": (["--data.num_clients", "0"], "num_clients must be at least 1, got 0", ""),
@@ -68,11 +82,15 @@ CASES = {
 def test_user_error_is_one_screen_with_exit_code_2(case, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     typo = tmp_path / "typo.yaml"
-    typo.write_text("data:\n  bta: 0.1\n")
+    typo.write_text("data:\n  sed: 1\n")
+    flat, named = tmp_path / "flat.yaml", tmp_path / "named.yaml"
+    flat.write_text("data:\n  beta: 0.3\n")
+    named.write_text("data:\n  source: cifar10\n")
     broken = tmp_path / "broken.yaml"
     broken.write_text("data:\n  source: digits\n   num_clients: 4\n")
     options, *expected = CASES[case]
-    options = [o.format(tmp=tmp_path, typo=typo, broken=broken) for o in options]
+    options = [o.format(tmp=tmp_path, typo=typo, broken=broken, flat=flat, named=named)
+               for o in options]
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", DIRICHLET, *options, "--trainer.default_root_dir", str(runs)])
@@ -182,8 +200,8 @@ def test_a_cli_run_shows_no_other_librarys_notes_and_config_yaml_has_fedlights_h
     monkeypatch.setenv("JSONARGPARSE_DEPRECATION_WARNINGS", "all")
     monkeypatch.setattr("sys.argv", ["fedlight", "fit", "--trainer.rounds", "1"])
     main(["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp",
-          "--data.source", "synthetic", "--data.num_clients", "2", "--data.synthetic_samples",
-          "60", "--data.synthetic_shape", "[1,4,4]", "--trainer.rounds", "1",
+          "--data.source", "Synthetic", "--data.num_clients", "2", "--data.source.samples",
+          "60", "--data.source.shape", "[1,4,4]", "--trainer.rounds", "1",
           "--trainer.verbose", "false", "--trainer.progress_bar", "false",
           "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "quiet"])
     notes = [str(w.message) for w in recwarn

@@ -1,7 +1,7 @@
-"""Paths in a config file resolve against the file's folder (data.root, data.partition_file,
-any argument annotated ConfigPath, a class_path object's too); on the command line against the
-working folder; ``~`` expanded, absolute paths kept; a missing folder's error names the path
-as configured and as resolved."""
+"""Paths in a config file resolve against the file's folder (a source's root, the FromFile
+partition's path, any argument annotated ConfigPath, a class_path object's too); on the command
+line against the working folder; ``~`` expanded, absolute paths kept; a missing folder's error
+names the path as configured and as resolved."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ from fedlight.errors import FedlightParser
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_config(folder: Path, data: dict) -> Path:
+def write_config(folder: Path, root: str, partition_file: str | None = None) -> Path:
+    """A config reading a PFLlib folder at ``root`` (and its split from ``partition_file``)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump({"model": {"class_path": "FedAvg"},
-                                    "data": {"source": "pfllib", **data}}))
+    data = {"source": {"class_path": "PFLlib", "init_args": {"root": root}}}
+    if partition_file is not None:
+        data["partition"] = {"class_path": "FromFile", "init_args": {"path": partition_file}}
+    path.write_text(yaml.safe_dump({"model": {"class_path": "FedAvg"}, "data": data}))
     return path
 
 
@@ -37,22 +40,22 @@ def elsewhere(tmp_path, monkeypatch):
 
 
 def test_a_config_files_paths_resolve_against_its_folder(tmp_path, elsewhere):
-    config = write_config(tmp_path / "configs" / "mine",
-                          {"root": "../../data/set", "partition_file": "split.json"})
+    config = write_config(tmp_path / "configs" / "mine", "../../data/set", "split.json")
     parsed = run_parser().parse_args(["-c", str(config)])
-    assert parsed.data.root == str(tmp_path / "data" / "set")
-    assert parsed.data.partition_file == str(tmp_path / "configs" / "mine" / "split.json")
+    assert parsed.data.source.init_args.root == str(tmp_path / "data" / "set")
+    assert parsed.data.partition.init_args.path == str(
+        tmp_path / "configs" / "mine" / "split.json")
     dumped = yaml.safe_load(run_parser().dump(parsed))  # what a run's config.yaml holds
-    assert dumped["data"]["root"] == str(tmp_path / "data" / "set")
+    assert dumped["data"]["source"]["init_args"]["root"] == str(tmp_path / "data" / "set")
 
 
 def test_command_line_paths_resolve_against_the_shells_folder_and_home_and_absolute_stay(
         tmp_path, elsewhere):
-    config = write_config(tmp_path / "configs", {"root": "in_config"})
+    config = write_config(tmp_path / "configs", "in_config")
     for given, expected in (("local", elsewhere / "local"), ("~/sets", Path.home() / "sets"),
                             (str(tmp_path / "abs"), tmp_path / "abs")):
-        parsed = run_parser().parse_args(["-c", str(config), "--data.root", given])
-        assert parsed.data.root == str(expected), given
+        parsed = run_parser().parse_args(["-c", str(config), "--data.source.root", given])
+        assert parsed.data.source.init_args.root == str(expected), given
 
 
 class Source:
@@ -77,7 +80,7 @@ def test_a_class_path_objects_path_arguments_resolve_against_the_file_too(tmp_pa
 def test_a_missing_folder_names_the_configured_and_the_resolved_path(tmp_path, elsewhere,
                                                                       capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
-    config = write_config(tmp_path / "configs", {"root": "../nowhere"})
+    config = write_config(tmp_path / "configs", "../nowhere")
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", str(config), "--trainer.default_root_dir", str(runs)])
@@ -94,19 +97,19 @@ def test_the_repositorys_configs_name_the_folders_they_named_from_the_repository
     """Relative paths in configs/ were written against the repository root; they now
     resolve against each file's folder to the same folders."""
     cifar10 = run_parser().parse_args(["-c", str(REPO / "configs/fedavg/cifar10_dirichlet.yaml")])
-    assert cifar10.data.root == str(REPO.parent / "shared" / "data" / "cifar10")
+    assert cifar10.data.source.init_args.root == str(REPO.parent / "shared" / "data" / "cifar10")
     paper = run_parser().parse_args(["-c", str(REPO / "configs/gpfl/paper/fmnist_dirichlet.yaml")])
-    assert paper.data.root == str(REPO / "data")
+    assert paper.data.source.init_args.root == str(REPO / "data")
 
 
 def test_a_runs_config_yaml_reads_the_same_from_any_folder(tmp_path, elsewhere):
-    config = write_config(tmp_path / "configs", {"root": "../data"})
+    config = write_config(tmp_path / "configs", "../data")
     dumped = run_parser().dump(run_parser().parse_args(["-c", str(config)]))
     saved = tmp_path / "run" / "config.yaml"
     saved.parent.mkdir()
     saved.write_text(dumped)
     again = run_parser().parse_args(["-c", str(saved)])
-    assert again.data.root == str(tmp_path / "data")
+    assert again.data.source.init_args.root == str(tmp_path / "data")
     assert json.dumps(yaml.safe_load(dumped)["data"]) == json.dumps(
         yaml.safe_load(run_parser().dump(again))["data"])
 

@@ -5,8 +5,10 @@ parsed and their names checked, and those reading a folder source run one round 
 written in that dataset's own format (``dataset_files``).
 """
 
+import inspect
 import json
 import re
+from importlib import import_module
 from pathlib import Path
 
 import dataset_files
@@ -15,7 +17,7 @@ import yaml
 
 from fedlight.cli import FedlightCLI, main
 from fedlight.clients import CLIENTS
-from fedlight.data.sources import SOURCES
+from fedlight.data.sources import SOURCES, Source
 
 ROOT = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(ROOT.rglob("*.yaml"))
@@ -24,8 +26,20 @@ SERVER = [p for p in ALL if p.parent.name == "server"]
 PAPER = [p for p in ALL if "paper" in p.relative_to(ROOT).parts]
 # configs reading a dataset's files run on small files written in its format (a paper config,
 # or one reading real data from ../shared, which a test must not decode whole)
-ON_FILES = [p for p in ALL if p not in SERVER
-            and yaml.safe_load(p.read_text())["data"]["source"] in dataset_files.WRITERS]
+
+
+def data_section(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())["data"]
+
+
+def source_name(path: Path) -> str:
+    """The name (``cifar10``) of the source a config's ``data.source: {class_path: ...}``
+    names by its class."""
+    names = {cls.__name__: name for name, cls in SOURCES.items()}
+    return names[data_section(path)["source"]["class_path"]]
+
+
+ON_FILES = [p for p in ALL if p not in SERVER and source_name(p) in dataset_files.WRITERS]
 RUNNABLE = [p for p in ALL if "paper" not in p.relative_to(ROOT).parts and p not in SERVER
             and p not in ON_FILES]
 
@@ -42,14 +56,14 @@ TINY = ["--trainer.rounds", "1", "--trainer.local_epochs", "1", "--trainer.batch
 
 
 #: backbones too heavy for a full round on CPU in the suite: their configs also run on at most
-#: 100 samples per client (data.max_client_samples)
+#: 100 samples per client (data.caps.client_samples)
 HEAVY_BACKBONES = {"digit_cnn"}
 
 
 def tiny_args(config: Path) -> list[str]:
     model = yaml.safe_load(config.read_text()).get("model", {})
     heavy = model.get("init_args", {}).get("backbone") in HEAVY_BACKBONES
-    return TINY + (["--data.max_client_samples", "100"] if heavy else [])
+    return TINY + (["--data.caps.client_samples", "100"] if heavy else [])
 
 
 @pytest.fixture
@@ -84,7 +98,9 @@ class _ParseOnly(FedlightCLI):
         config = self.config[self.subcommand]
         class_name = config.model.class_path.rsplit(".", 1)[-1]
         assert class_name in CLIENTS, class_name
-        assert config.data.source in SOURCES, config.data.source
+        source = import_module(config.data.source.class_path.rsplit(".", 1)[0])
+        assert issubclass(getattr(source, config.data.source.class_path.rsplit(".", 1)[1]),
+                          Source), config.data.source
 
     def _run_subcommand(self, subcommand: str) -> None:
         pass
@@ -99,26 +115,32 @@ def test_paper_config_parses(config):
 #: small images (FedPick's mask network grows with the square of the feature size) and FC
 #: layers for AlexNet (its FC stack is 38M parameters at 4096).
 FIXTURE_ARGS = {
-    "tinyimagenet": ["--data.num_clients", "2", "--data.classes_per_client", "2",
-                     "--data.min_client_size", "2"],
-    "cinic10": ["--data.num_clients", "3", "--data.min_client_size", "2"],
+    "tinyimagenet": ["--data.num_clients", "2"],
+    "cinic10": ["--data.num_clients", "3"],
     "femnist": ["--data.num_clients", "4"],
-    "office_caltech10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
-                         '{"fc_dims": [64, 64]}', "--data.max_train_samples", "20"],
-    "domainnet10": ["--data.image_size", "64", "--model.init_args.backbone_kwargs",
+    "office_caltech10": ["--data.source.image_size", "64", "--model.init_args.backbone_kwargs",
+                         '{"fc_dims": [64, 64]}', "--data.caps.train_samples", "20"],
+    "domainnet10": ["--data.source.image_size", "64", "--model.init_args.backbone_kwargs",
                     '{"fc_dims": [64, 64]}'],
-    "digits5_real": ["--data.image_size", "16"],  # digit_cnn: 2048 features, not 8192
-    "agnews": ["--data.num_clients", "3", "--data.min_client_size", "2"],
+    "digits5_real": ["--data.source.image_size", "16"],  # digit_cnn: 2048 features, not 8192
+    "agnews": ["--data.num_clients", "3"],
     "shakespeare": ["--data.num_clients", "4", "--trainer.join_ratio", "1.0"],
     "har": ["--data.num_clients", "5"],
     "amazon_review": [],
-    "imagefolder": ["--data.image_size", "16"],  # as digits5_real (digit_cnn)
+    "imagefolder": ["--data.source.image_size", "16"],  # as digits5_real (digit_cnn)
 }
 
 
 #: What shrinks a non-paper config on the tiny files: its split's client count
 CONFIG_FIXTURE_ARGS = {
-    "fedavg/cifar10_dirichlet.yaml": ["--data.num_clients", "2", "--data.min_client_size", "2"],
+    "fedavg/cifar10_dirichlet.yaml": ["--data.num_clients", "2"],
+}
+
+#: ... and each partition's size for a few images per class
+PARTITION_FIXTURE_ARGS = {
+    "Dirichlet": ["--data.partition.min_client_size", "2"],
+    "Incomplete": ["--data.partition.min_client_size", "2"],
+    "Pathological": ["--data.partition.classes_per_client", "2"],
 }
 
 
@@ -127,9 +149,13 @@ def test_config_runs_one_round_on_files_in_the_real_format(
     config, tmp_path, no_figures, monkeypatch
 ):
     monkeypatch.setenv("FEDLIGHT_CACHE", str(tmp_path / "cache"))
-    source = yaml.safe_load(config.read_text())["data"]["source"]
+    source = source_name(config)
     root = dataset_files.WRITERS[source](tmp_path / "data")
-    main(["fit", "-c", str(config), *TINY, "--data.root", str(root), "--data.download", "false",
+    takes_download = "download" in inspect.signature(SOURCES[source]).parameters
+    partition = (data_section(config).get("partition") or {}).get("class_path")
+    main(["fit", "-c", str(config), *TINY, "--data.source.root", str(root),
+          *(["--data.source.download", "false"] if takes_download else []),
+          *PARTITION_FIXTURE_ARGS.get(partition, []),
           *FIXTURE_ARGS[source], *CONFIG_FIXTURE_ARGS.get(_id(config), []),
           "--trainer.accelerator", "cpu",
           "--trainer.default_root_dir", str(tmp_path / "runs")])
@@ -170,17 +196,18 @@ def test_unknown_model_name_is_a_clear_error(capsys):
 
 def test_unknown_source_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--data.source", "mnst",
+        main(["fit", "-c", str(ROOT / "fedavg/mnist5k_dirichlet.yaml"), "--data.source", "MNST",
               "--trainer.default_root_dir", str(tmp_path)])
     assert exit_info.value.code == 2
-    assert "error: unknown data source 'mnst'" in capsys.readouterr().err
+    assert "error: data.source: unknown class 'MNST'; valid: AGNews" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
 def test_impossible_partition_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", str(ROOT / "fedavg/mnist5k_pathological.yaml"),
-              "--data.classes_per_client", "11", "--trainer.default_root_dir", str(tmp_path)])
+              "--data.partition.classes_per_client", "11", "--trainer.default_root_dir",
+              str(tmp_path)])
     assert exit_info.value.code == 2
     assert "classes_per_client=11" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
@@ -189,7 +216,7 @@ def test_impossible_partition_is_a_clear_error_and_writes_nothing(tmp_path, caps
 def test_validate_and_test_evaluate_the_last_run(tmp_path, capsys):
     config = str(ROOT / "fedavg/mnist5k_dirichlet.yaml")
     common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.progress_bar", "false",
-              "--data.num_clients", "4", "--data.beta", "1.0"]
+              "--data.num_clients", "4", "--data.partition.beta", "1.0"]
     main(["fit", "-c", config, "--trainer.rounds", "1", *common])
     main(["test", "-c", config, *common])
     metrics = json.loads(next(tmp_path.glob("*/test_metrics.json")).read_text())

@@ -27,6 +27,9 @@ from fedlight.clients import CLIENTS, ClientContext, FederatedClient, Phase
 from fedlight.core.noise import reseed_noise
 from fedlight.core.rules import weighted_mean
 from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.natural import Natural
+from fedlight.data.sources import SOURCES
 from fedlight.federation.training_loop import TrainingLoop
 from tests.conftest import tiny_data, tiny_trainer
 from tests.text_fixtures import write_agnews, write_har, write_shakespeare
@@ -43,8 +46,8 @@ def build(cls: type[FederatedClient]) -> FederatedClient:
 
 
 def data(num_clients: int = 2, samples: int = 16):
-    return tiny_data(num_clients=num_clients, synthetic_shape=SHAPE, synthetic_samples=samples,
-                     synthetic_classes=NUM_CLASSES, public_samples=2)  # for server-side methods
+    return tiny_data(num_clients=num_clients, shape=SHAPE, samples=samples,
+                     classes=NUM_CLASSES, public_samples=2)  # for server-side methods
 
 
 def started(cls: type[FederatedClient]) -> FederatedClient:
@@ -151,12 +154,12 @@ def test_local_steps_lower_the_loss_in_every_phase(name, cls):
 #: modality -> (source, fixture writer, backbone, small backbone options, data options)
 MODALITIES = {
     "tokens": ("agnews", write_agnews, "fasttext", {"embed_dim": 8},
-               {"partition": "dirichlet", "beta": 1.0, "min_client_size": 2,
+               {"partition": Dirichlet(beta=1.0, min_client_size=2),
                 "merge_test": True}),
     "characters": ("shakespeare", write_shakespeare, "char_lstm", {"hidden_size": 16},
-                   {"partition": "natural", "merge_test": True, "train_fraction": 0.8}),
+                   {"partition": Natural(), "merge_test": True, "train_fraction": 0.8}),
     "signals": ("har", write_har, "har_cnn", {"fc_dims": (32, 16)},
-                {"partition": "natural", "merge_test": True}),
+                {"partition": Natural(), "merge_test": True}),
 }
 PAPER_METHODS = {"FedAvg": {}, "FedPer": {}, "FedRep": {}, "GPFL": {},
                  "Privatize": {"way": "AaBb"}}
@@ -171,7 +174,8 @@ def modality_roots(tmp_path_factory):
 
 def modality_data(modality: str, root) -> FederatedDataModule:
     source, _, _, _, options = MODALITIES[modality]
-    return FederatedDataModule(source=source, root=str(root), num_clients=2, seed=0, **options)
+    return FederatedDataModule(source=SOURCES[source](root=str(root)), num_clients=2, seed=0,
+                               **options)
 
 
 def modality_client(modality: str, method: str, datamodule) -> FederatedClient:

@@ -7,9 +7,21 @@ import pytest
 import torch
 
 from fedlight.data import FederatedDataModule
-from fedlight.data.crossdomain import DIGITS5_DOMAINS, make_digits5
-from fedlight.data.rendered import FONT_FILES, SVHN_LIKE, SYNTH_LIKE, glyph_bank, render_digits
-from fedlight.data.sources import SOURCES, load_source
+from fedlight.data.partitions.domains import Domains
+from fedlight.data.sources import SOURCES
+from fedlight.data.sources.crossdomain import (
+    DIGITS5_DOMAINS,
+    Digits5,
+    Digits5Torchvision,
+    make_digits5,
+)
+from fedlight.data.sources.rendered import (
+    FONT_FILES,
+    SVHN_LIKE,
+    SYNTH_LIKE,
+    glyph_bank,
+    render_digits,
+)
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +31,7 @@ def images():
 
 @pytest.fixture(scope="module")
 def source():
-    return load_source("digits5")
+    return Digits5().load()
 
 
 def test_registered():
@@ -105,7 +117,7 @@ def test_deterministic_and_seeded(images):
     assert other.x.shape == (500, 3, 32, 32)
     same_seed_small = make_digits5(seed=0, per_class=10)
     assert not torch.equal(other.x, same_seed_small.x)
-    assert load_source("digits5") is load_source("digits5", seed=3)  # images ignore data.seed
+    assert Digits5().load() is Digits5().load(3)  # images ignore data.seed
 
 
 def test_bad_sizes_are_named():
@@ -116,7 +128,7 @@ def test_bad_sizes_are_named():
 
 
 def test_domains_partition_gives_one_domain_per_client_with_a_held_out_test(source):
-    data = FederatedDataModule(source="digits5", num_clients=5, partition="domains",
+    data = FederatedDataModule(source=Digits5(), partition=Domains(), num_clients=5,
                                merge_test=True, train_fraction=0.6)
     data.setup()
     domains = np.concatenate([source.domains_train, source.domains_test])
@@ -126,7 +138,7 @@ def test_domains_partition_gives_one_domain_per_client_with_a_held_out_test(sour
         assert not set(split.train) & set(split.test)
     assert len(data.global_test()[1]) == 3400
     with pytest.raises(ValueError, match="5 domains"):
-        FederatedDataModule(source="digits5", num_clients=4, partition="domains").setup()
+        FederatedDataModule(source=Digits5(), partition=Domains(), num_clients=4).setup()
 
 
 # ------------------------------------------------------------------------- digits5_torchvision
@@ -157,7 +169,7 @@ def test_digits5_torchvision_reads_three_domains(monkeypatch, tmp_path):
 
     for name in ("MNIST", "USPS", "SVHN"):
         monkeypatch.setattr(torchvision.datasets, name, _Fake(name))
-    data = load_source("digits5_torchvision", root=tmp_path)
+    data = Digits5Torchvision(root=tmp_path).load()
     assert data.input_shape == (3, 32, 32) and data.num_classes == 10
     assert data.domain_names == ["mnist", "svhn", "usps"]
     assert np.bincount(data.domains_train).tolist() == [1000] * 3
@@ -166,6 +178,6 @@ def test_digits5_torchvision_reads_three_domains(monkeypatch, tmp_path):
 
 def test_digits5_torchvision_errors_say_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="no root"):
-        load_source("digits5_torchvision")
+        Digits5Torchvision().load()
     with pytest.raises(FileNotFoundError, match="download: true"):
-        load_source("digits5_torchvision", root=tmp_path / "empty")
+        Digits5Torchvision(root=tmp_path / "empty").load()

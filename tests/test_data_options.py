@@ -16,7 +16,14 @@ import torch.nn.functional as F
 from fedlight.cli import main
 from fedlight.core.errors import ConfigError
 from fedlight.data import FederatedDataModule
-from fedlight.data.sources import load_source
+from fedlight.data.partitions.iid import IID
+from fedlight.data.sources.base import resized
+from fedlight.data.sources.cinic10 import CINIC10
+from fedlight.data.sources.imagefolder import ImageFolder
+from fedlight.data.sources.mnist5k import MNIST5k
+from fedlight.data.sources.pfllib import PFLlib
+from fedlight.data.sources.synthetic import Synthetic
+from fedlight.data.sources.torchvision_datasets import FashionMNIST
 from tests.conftest import cached_files
 from tests.test_pfllib import write_pfllib_folder
 from tests.test_sources import write_mnist
@@ -39,8 +46,8 @@ def pixels_of(data) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_a_torchvision_source_is_resized_in_pixel_space_and_standardized_again(tmp_path):
     arrays = write_mnist(tmp_path, "FashionMNIST", np.random.default_rng(0))
-    native = load_source("fmnist", root=tmp_path)
-    resized = load_source("fmnist", root=tmp_path, image_size=32)
+    native = FashionMNIST(root=tmp_path).load()
+    resized = FashionMNIST(root=tmp_path, image_size=32).load()
     assert resized.x_train.shape == (20, 1, 32, 32) and resized.x_test.shape == (10, 1, 32, 32)
     train, test = pixels_of(resized)
     files = torch.from_numpy(arrays["train-images-idx3-ubyte"]).float().div(255)[:, None]
@@ -50,20 +57,20 @@ def test_a_torchvision_source_is_resized_in_pixel_space_and_standardized_again(t
     assert torch.allclose(resized.x_train.mean(), torch.zeros(()), atol=1e-5)
     assert torch.allclose(resized.x_train.std(), torch.ones(()), atol=1e-3)
     assert torch.equal(resized.y_train, native.y_train) and test.shape[-1] == 32
-    assert load_source("fmnist", root=tmp_path, image_size=32) is resized  # shared, as loads
-    assert load_source("fmnist", root=tmp_path, image_size=28) is native  # already that size
+    assert FashionMNIST(root=tmp_path, image_size=32).load() is resized  # shared, as loads
+    assert FashionMNIST(root=tmp_path, image_size=28).load() is native  # already that size
 
 
 def test_an_embedded_source_is_resized_through_the_data_module():
-    data = FederatedDataModule(source="mnist5k", num_clients=4, partition="iid", image_size=32)
+    data = FederatedDataModule(source=MNIST5k(image_size=32), partition=IID(), num_clients=4)
     data.setup()
     assert data.input_shape == (1, 32, 32) and data.client_train(0)[0].shape[1:] == (1, 32, 32)
 
 
 def test_a_pfllib_folder_is_resized_as_it_is_with_its_own_clients(tmp_path):
     written = write_pfllib_folder(tmp_path / "pfllib")  # normalized by PFLlib: not re-normalized
-    native = load_source("pfllib", root=tmp_path / "pfllib")
-    resized = load_source("pfllib", root=tmp_path / "pfllib", image_size=16)
+    native = PFLlib(root=tmp_path / "pfllib").load()
+    resized = PFLlib(root=tmp_path / "pfllib", image_size=16).load()
     expected = F.interpolate(native.x_train, size=(16, 16), mode="bilinear", antialias=True,
                              align_corners=False)
     assert torch.equal(resized.x_train, expected)
@@ -75,14 +82,15 @@ def test_a_pfllib_folder_is_resized_as_it_is_with_its_own_clients(tmp_path):
 
 def test_image_size_on_a_source_without_images_is_a_one_line_error():
     with pytest.raises(ConfigError, match=r"image_size applies to image sources; synthetic"):
-        load_source("synthetic", synthetic_shape=(20,), image_size=32)
+        resized(Synthetic(shape=(20,)).load(), 32, "synthetic")
 
 
 def test_a_paper_famnist_config_runs_at_32_pixels(tmp_path):
     write_mnist(tmp_path / "data", "FashionMNIST", np.random.default_rng(1))
     main(["fit", "-c", str(CONFIGS / "map/paper/famnist_lenet.yaml"),
-          "--data.root", str(tmp_path / "data"), "--data.download", "false",
-          "--data.num_clients", "2", "--data.min_client_size", "2", "--trainer.rounds", "1",
+          "--data.source.root", str(tmp_path / "data"), "--data.source.download", "false",
+          "--data.num_clients", "2", "--data.partition.min_client_size", "2",
+          "--trainer.rounds", "1",
           "--trainer.local_epochs", "1", "--trainer.join_ratio", "1.0",
           "--trainer.progress_bar", "false", "--trainer.logger", "csv",
           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "runs")])
@@ -121,48 +129,47 @@ def brightness(data, part: str) -> list[int]:
 
 def test_first_per_class_keeps_the_first_files_of_each_class_in_name_order(tmp_path):
     expected = write_named_classes(tmp_path)
-    data = load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    data = ImageFolder(root=tmp_path, first_per_class=[2, 1]).load()
     assert data.y_train.tolist() == [0, 0, 1, 1] and data.y_test.tolist() == [0, 1]
     assert brightness(data, "train") == expected["train/cat"][:2] + expected["train/dog"][:2]
     assert brightness(data, "test") == expected["test/cat"][:1] + expected["test/dog"][:1]
-    both = load_source("imagefolder", root=tmp_path, first_per_class=3)
+    both = ImageFolder(root=tmp_path, first_per_class=3).load()
     assert len(both.y_train) == 6 and len(both.y_test) == 6
-    everything = load_source("imagefolder", root=tmp_path)
+    everything = ImageFolder(root=tmp_path).load()
     assert len(everything.y_train) == 8 and len(everything.y_test) == 6
 
 
 def test_first_per_class_gets_its_own_cache_entries(tmp_path, cache):
     write_named_classes(tmp_path)
-    load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    ImageFolder(root=tmp_path, first_per_class=[2, 1]).load()
     assert len(cached_files(cache)) == 2
-    load_source("imagefolder", root=tmp_path, first_per_class=[3, 1])  # the same test files
+    ImageFolder(root=tmp_path, first_per_class=[3, 1]).load()  # the same test files
     assert len(cached_files(cache)) == 3
-    load_source("imagefolder", root=tmp_path)
+    ImageFolder(root=tmp_path).load()
     assert len(cached_files(cache)) == 5
-    from fedlight.data import imagefolder
+    from fedlight.data.sources import imagefolder
 
     imagefolder._load.cache_clear()  # read back from the cache: still the first files only
-    again = load_source("imagefolder", root=tmp_path, first_per_class=[2, 1])
+    again = ImageFolder(root=tmp_path, first_per_class=[2, 1]).load()
     assert len(again.y_train) == 4 and len(cached_files(cache)) == 5
 
 
 def test_first_per_class_reaches_the_folder_source_from_the_data_module(tmp_path):
     root = dataset_files.cinic10(tmp_path / "data", per_class=3)
-    data = FederatedDataModule(source="cinic10", root=str(root), first_per_class=[2, 1],
-                               num_clients=2, partition="iid")
+    data = FederatedDataModule(source=CINIC10(root=str(root), first_per_class=[2, 1]),
+                               partition=IID(), num_clients=2)
     data.setup()
     assert len(data.data.y_train) == 20 and len(data.data.y_test) == 10
-    assert data.hparams["first_per_class"] == [2, 1]
+    assert data.hparams["source"]["init_args"]["first_per_class"] == [2, 1]
 
 
-@pytest.mark.parametrize(("source", "value", "match"), [
-    ("mnist5k", 5, r"first_per_class applies to folder sources \(.*imagefolder"),
-    ("imagefolder", [5, 0], r"first_per_class=\[5, 0\] is invalid"),
-    ("imagefolder", [1, 2, 3], r"first_per_class=\[1, 2, 3\] is invalid"),
+@pytest.mark.parametrize(("value", "match"), [
+    ([5, 0], r"first_per_class=\[5, 0\] is invalid"),
+    ([1, 2, 3], r"first_per_class=\[1, 2, 3\] is invalid"),
 ])
-def test_bad_first_per_class_is_a_one_line_error(tmp_path, source, value, match):
+def test_bad_first_per_class_is_a_one_line_error(tmp_path, value, match):
     with pytest.raises(ConfigError, match=match):
-        load_source(source, root=tmp_path, first_per_class=value)
+        ImageFolder(root=tmp_path, first_per_class=value)
 
 
 # ---------------------------------------------------------------------------- caches
@@ -174,9 +181,9 @@ def test_a_truncated_test_image_leaves_no_cache_of_the_train_split(tmp_path, cac
     content = bad.read_bytes()
     bad.write_bytes(content[: len(content) // 2])
     with pytest.raises(ValueError, match=f"cannot read image {bad}") as error:
-        load_source("imagefolder", root=root)
+        ImageFolder(root=root).load()
     assert "\n" not in str(error.value)
     assert cached_files(cache) == []
     bad.write_bytes(content)  # repaired: both splits load and are cached
-    load_source("imagefolder", root=root)
+    ImageFolder(root=root).load()
     assert len(cached_files(cache)) == 2

@@ -11,9 +11,11 @@ import torch
 
 from fedlight.cli import main
 from fedlight.clients import FedBN, FedPick
-from fedlight.data import FederatedDataModule
-from fedlight.data.domain_transforms import TRANSFORMS, with_domain_transforms
-from fedlight.data.sources import load_source
+from fedlight.data import FederatedDataModule, SampleCaps
+from fedlight.data.partitions.domains import Domains
+from fedlight.data.sources.domain_transforms import TRANSFORMS, with_domain_transforms
+from fedlight.data.sources.imagefolder import ImageFolder
+from fedlight.data.sources.synthetic import Synthetic
 from tests.conftest import tiny_trainer
 
 NAMES = ["identity", "grey", "invert", "blur", "rotate90", "jitter"]
@@ -32,8 +34,8 @@ def root(tmp_path, monkeypatch):
 
 
 def module(root, **kwargs) -> FederatedDataModule:
-    options = dict(source="imagefolder", root=str(root), num_clients=6, partition="domains",
-                   local_test="source", domain_transforms=NAMES)
+    options = dict(source=ImageFolder(root=str(root), domain_transforms=NAMES),
+                   partition=Domains(), num_clients=6, local_test="source")
     return FederatedDataModule(**{**options, **kwargs})
 
 
@@ -43,7 +45,7 @@ def pixels(x: torch.Tensor, standardization) -> torch.Tensor:
 
 
 def test_each_transformation_does_what_it_says_on_the_pixels_of_its_domain(root):
-    plain = load_source("imagefolder", root=root)
+    plain = ImageFolder(root=root).load()
     data = module(root).data
     for split in ("train", "test"):
         before = pixels(getattr(plain, f"x_{split}"), plain.pixel_standardization)
@@ -95,7 +97,7 @@ def test_domains_are_disjoint_class_balanced_and_the_same_in_every_run(root):
 
 
 def test_partition_domains_gives_each_client_one_transformed_domain(root):
-    dm = module(root, max_train_samples=5)
+    dm = module(root, caps=SampleCaps(train_samples=5))
     dm.setup()
     for k, split in enumerate(dm.splits):
         assert len(split.train) == 5
@@ -106,14 +108,14 @@ def test_partition_domains_gives_each_client_one_transformed_domain(root):
 def test_bad_transformation_names_are_one_line_errors():
     for bad in (["identity", "gray"], [], "grey"):
         with pytest.raises(ValueError, match="valid|from: identity, grey") as info:
-            FederatedDataModule(source="synthetic", domain_transforms=bad)
+            ImageFolder(domain_transforms=bad)
         assert "\n" not in str(info.value) and ", ".join(TRANSFORMS) in str(info.value)
 
 
 def test_bad_name_on_the_command_line_stops_before_writing(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--model", "FedAvg", "--data.source", "synthetic",
-              "--data.domain_transforms", "[grey, blurr]", "--trainer.default_root_dir",
+        main(["fit", "--model", "FedAvg", "--data.source", "MNIST5k",
+              "--data.source.domain_transforms", "[grey, blurr]", "--trainer.default_root_dir",
               str(tmp_path)])
     assert exit_info.value.code == 2
     assert "unknown domain transformation 'blurr'" in capsys.readouterr().err
@@ -122,14 +124,13 @@ def test_bad_name_on_the_command_line_stops_before_writing(tmp_path, capsys):
 
 @pytest.mark.parametrize("shape", [(3, 16, 16), (20,)])
 def test_inputs_that_are_not_images_in_unit_range_are_refused(shape):
-    dm = FederatedDataModule(source="synthetic", synthetic_samples=60, synthetic_shape=shape,
-                             domain_transforms=["identity", "invert"])
+    data = Synthetic(samples=60, shape=shape).load()
     with pytest.raises(ValueError, match="needs an image source"):
-        dm.setup()
+        with_domain_transforms(data, ["identity", "invert"], 0, "synthetic")
 
 
 def test_a_source_with_domains_already_is_refused(root):
-    plain = load_source("imagefolder", root=root)
+    plain = ImageFolder(root=root).load()
     with_domains = dataclasses.replace(plain, domains_train=np.zeros(len(plain.y_train), int))
     with pytest.raises(ValueError, match="split into domains already"):
         with_domain_transforms(with_domains, ["identity"], 0, "imagefolder")

@@ -16,6 +16,7 @@ import torch
 
 from fedlight.clients import GPFL, FedAvg
 from fedlight.core.errors import TrainingDiverged
+from fedlight.data.partitions.dirichlet import Dirichlet
 from fedlight.federation.build import simulator_engine
 from fedlight.federation.engines import choice
 from fedlight.federation.engines.batched import BatchedEngine
@@ -33,7 +34,7 @@ from fedlight.federation.options import TrainerOptions
 from tests.conftest import make_client, tiny_data, tiny_trainer
 
 # Dirichlet sizes: clients take different numbers of steps and end on smaller last batches.
-DATA = dict(num_clients=4, partition="dirichlet", beta=0.5, synthetic_samples=200)
+DATA = dict(num_clients=4, partition=Dirichlet(beta=0.5, min_client_size=5), samples=200)
 
 
 class ScriptedClock:

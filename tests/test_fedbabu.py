@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedlight.clients.fedbabu import FedBABU
+from fedlight.data.partitions.dirichlet import Dirichlet
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -36,7 +37,7 @@ def fit(tmp_path, name, **options):
     client = make(**kwargs)
     trainer = tiny_trainer(tmp_path, run_name=name, checkpoint_every=2,
                            **{"rounds": 2, **options})
-    trainer.fit(client, tiny_data(partition="dirichlet", beta=0.3))
+    trainer.fit(client, tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5)))
     return client, trainer
 
 

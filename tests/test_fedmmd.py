@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fedlight.clients import FedAvg
 from fedlight.clients.fedmmd import FedMMD
 from fedlight.clients.map import mmd_loss
+from fedlight.data.partitions.dirichlet import Dirichlet
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -46,7 +47,7 @@ def test_loss_adds_lamda_times_mmd_to_the_received_encoder():
 
 
 def test_lamda_zero_equals_fedavg(tmp_path):
-    data = tiny_data(partition="dirichlet", beta=0.3)
+    data = tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5))
     states = {}
     for name, cls, kwargs in (("fedavg", FedAvg, {}), ("mmd0", FedMMD, {"lamda": 0.0})):
         trainer = tiny_trainer(tmp_path, rounds=1, run_name=name)

@@ -8,6 +8,8 @@ import torch
 from fedlight.clients import FedAvg
 from fedlight.clients.fednova import FedNova, NormalizedAveraging, step_coefficient_norm
 from fedlight.core.rules import Report, ServerContext, SingleProcess
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.iid import IID
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -51,12 +53,13 @@ def test_server_normalizes_updates_by_their_step_norms():
 
 def test_equal_step_counts_equal_fedavg_and_unequal_ones_do_not(tmp_path):
     states = {}
-    for partition in ("iid", "dirichlet"):
-        data = tiny_data(partition=partition, beta=0.3)
+    for name, partition in (("iid", IID()),
+                            ("dirichlet", Dirichlet(beta=0.3, min_client_size=5))):
+        data = tiny_data(partition=partition)
         for cls in (FedAvg, FedNova):
-            trainer = tiny_trainer(tmp_path, rounds=1, run_name=f"{cls.__name__}-{partition}")
+            trainer = tiny_trainer(tmp_path, rounds=1, run_name=f"{cls.__name__}-{name}")
             trainer.fit(make(cls), data)
-            states[cls, partition] = trainer.global_state
+            states[cls, name] = trainer.global_state
     for key, value in states[FedAvg, "iid"].items():
         torch.testing.assert_close(states[FedNova, "iid"][key], value, rtol=0, atol=1e-6)
     assert any(not torch.allclose(states[FedNova, "dirichlet"][k], v, atol=1e-4)

@@ -34,7 +34,7 @@ def batch(n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def data(**kwargs):
-    return tiny_data(num_clients=3, synthetic_shape=SHAPE, **kwargs)
+    return tiny_data(num_clients=3, shape=SHAPE, **kwargs)
 
 
 # ------------------------------------------------------------------------- the mask

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.data.packed import write_packed
+from fedlight.data.sources.packed import write_packed
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -13,9 +13,20 @@ import pytest
 import torch
 
 from fedlight.core.errors import ConfigError
-from fedlight.data import FederatedDataModule
-from fedlight.data.images import to_source
-from fedlight.data.sources import SOURCES, _from_arrays, load_source
+from fedlight.data import FederatedDataModule, SampleCaps
+from fedlight.data.partitions.domains import Domains
+from fedlight.data.partitions.iid import IID
+from fedlight.data.partitions.natural import Natural
+from fedlight.data.sources import SOURCES
+from fedlight.data.sources.base import from_arrays
+from fedlight.data.sources.cinic10 import CINIC10
+from fedlight.data.sources.digits import Digits
+from fedlight.data.sources.domainnet10 import DomainNet10
+from fedlight.data.sources.femnist import FEMNIST
+from fedlight.data.sources.imagefolder import ImageFolder
+from fedlight.data.sources.images import to_source
+from fedlight.data.sources.office_caltech10 import OfficeCaltech10
+from fedlight.data.sources.tinyimagenet import TinyImageNet
 from tests.conftest import cached_files
 
 # The shared data sit beside the repository (CI provides them there): ../shared/data/cifar10.
@@ -33,7 +44,7 @@ def test_every_folder_source_is_registered() -> None:
 
 def test_imagefolder_reads_classes_in_sorted_order_and_caches(tmp_path, cache) -> None:
     root = dataset_files.imagefolder(tmp_path / "data", classes=3, per_class=4)
-    data = load_source("imagefolder", root=root)
+    data = ImageFolder(root=root).load()
     assert data.x_train.shape == (12, 3, 8, 8) and data.x_test.shape == (6, 3, 8, 8)
     assert data.num_classes == 3
     assert data.y_train.tolist() == [0] * 4 + [1] * 4 + [2] * 4
@@ -45,49 +56,49 @@ def test_imagefolder_reads_classes_in_sorted_order_and_caches(tmp_path, cache) -
 
 def test_imagefolder_cache_follows_the_files(tmp_path, cache) -> None:
     root = dataset_files.imagefolder(tmp_path / "data", classes=2, per_class=2)
-    load_source("imagefolder", root=root)
+    ImageFolder(root=root).load()
     first = cached_files(cache / "images")
-    load_source("imagefolder", root=root, image_size=4)  # another size: another entry
+    ImageFolder(root=root, image_size=4).load()  # another size: another entry
     assert len(cached_files(cache / "images")) == len(first) + 2
     extra = root / "train" / "class0" / "more.png"
     dataset_files.write_image(extra, np.zeros((8, 8, 3), np.uint8))
-    from fedlight.data import imagefolder
+    from fedlight.data.sources import imagefolder
 
     imagefolder._load.cache_clear()
-    data = load_source("imagefolder", root=root)
+    data = ImageFolder(root=root).load()
     assert len(data.y_train) == 5  # the new file is read, not the stale cache
 
 
 def test_imagefolder_grey_files_give_one_channel_and_image_size_resizes(tmp_path) -> None:
     root = dataset_files.imagefolder(tmp_path / "data", grey=True)
-    assert load_source("imagefolder", root=root).input_shape == (1, 8, 8)
-    assert load_source("imagefolder", root=root, image_size=5).input_shape == (1, 5, 5)
+    assert ImageFolder(root=root).load().input_shape == (1, 8, 8)
+    assert ImageFolder(root=root, image_size=5).load().input_shape == (1, 5, 5)
 
 
 def test_uint8_standardization_matches_the_float_one() -> None:
     rng = np.random.default_rng(0)
     train, test = (rng.integers(0, 256, (n, 3, 4, 4), dtype=np.uint8) for n in (50, 7))
     fast = to_source(train, np.zeros(50, int), 2, test, np.zeros(7, int))
-    reference = _from_arrays(torch.from_numpy(train).float() / 255, np.zeros(50, int), 2,
+    reference = from_arrays(torch.from_numpy(train).float() / 255, np.zeros(50, int), 2,
                              torch.from_numpy(test).float() / 255, np.zeros(7, int))
     assert torch.allclose(fast.x_train, reference.x_train, atol=1e-5)
     assert torch.allclose(fast.x_test, reference.x_test, atol=1e-5)
 
 
 def test_tinyimagenet_reads_train_and_annotated_val(tmp_path) -> None:
-    data = load_source("tinyimagenet", root=dataset_files.tinyimagenet(tmp_path, classes=4))
+    data = TinyImageNet(root=dataset_files.tinyimagenet(tmp_path, classes=4)).load()
     assert data.input_shape == (3, 16, 16) and data.num_classes == 4
     assert len(data.y_train) == 24 and np.bincount(data.y_train.numpy()).tolist() == [6] * 4
     assert data.y_test.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # wnids sorted, as ImageFolder
 
 
 def test_cinic10_uses_train_and_test_not_valid(tmp_path) -> None:
-    data = load_source("cinic10", root=dataset_files.cinic10(tmp_path, per_class=2))
+    data = CINIC10(root=dataset_files.cinic10(tmp_path, per_class=2)).load()
     assert data.num_classes == 10 and len(data.y_train) == 20 and len(data.y_test) == 20
 
 
 def test_femnist_keeps_writers_in_one_id_space(tmp_path) -> None:
-    data = load_source("femnist", root=dataset_files.femnist(tmp_path, writers=6))
+    data = FEMNIST(root=dataset_files.femnist(tmp_path, writers=6)).load()
     assert data.input_shape == (1, 28, 28) and data.num_classes == 62
     assert len(data.group_names) == 6 and data.group_names == sorted(data.group_names)
     assert np.bincount(data.groups_train).tolist() == [9, 10, 11, 9, 10, 11]
@@ -96,8 +107,9 @@ def test_femnist_keeps_writers_in_one_id_space(tmp_path) -> None:
 
 def test_natural_partition_gives_each_client_one_writer(tmp_path) -> None:
     root = dataset_files.femnist(tmp_path, writers=6)
-    module = FederatedDataModule(source="femnist", root=str(root), partition="natural",
-                                 num_clients=4, merge_test=True, train_fraction=0.8, seed=3)
+    module = FederatedDataModule(source=FEMNIST(root=str(root)), partition=Natural(),
+                                 num_clients=4, merge_test=True,
+                                 train_fraction=0.8, seed=3)
     module.setup()
     groups = np.concatenate([module.data.groups_train, module.data.groups_test])
     writers = [set(groups[np.concatenate([s.train, s.test])].tolist()) for s in module.splits]
@@ -107,7 +119,7 @@ def test_natural_partition_gives_each_client_one_writer(tmp_path) -> None:
         assert len(split.train) + len(split.test) == total  # the writer's train and test pooled
         assert len(split.train) == round(0.8 * total)
     with pytest.raises(ValueError, match="num_clients=7 exceeds the 6 groups"):
-        FederatedDataModule(source="femnist", root=str(root), partition="natural",
+        FederatedDataModule(source=FEMNIST(root=str(root)), partition=Natural(),
                             num_clients=7).setup()
 
 
@@ -118,7 +130,7 @@ def test_natural_partition_gives_each_client_one_writer(tmp_path) -> None:
 def test_cross_domain_sources_record_domains(tmp_path, source, domains, shape) -> None:
     root = dataset_files.WRITERS[source](tmp_path)
     size = None if source == "digits5_real" else 12
-    data = load_source(source, root=root, image_size=size)
+    data = SOURCES[source](root=root, image_size=size).load()
     assert data.input_shape == shape and data.num_classes == 10
     assert len(data.domain_names) == domains
     assert np.unique(data.domains_train).tolist() == list(range(domains))
@@ -133,10 +145,10 @@ def test_cross_domain_sources_record_domains(tmp_path, source, domains, shape) -
 
 def test_max_train_samples_caps_training_and_keeps_tests(tmp_path) -> None:
     root = dataset_files.office_caltech10(tmp_path)
-    options = dict(source="office_caltech10", root=str(root), image_size=8,
-                   partition="domains", num_clients=4, train_fraction=0.5)
+    options = dict(source=OfficeCaltech10(root=str(root), image_size=8), partition=Domains(),
+                   num_clients=4, train_fraction=0.5)
     whole = FederatedDataModule(**options)
-    capped = FederatedDataModule(**options, max_train_samples=4)
+    capped = FederatedDataModule(caps=SampleCaps(train_samples=4), **options)
     whole.setup()
     capped.setup()
     for a, b in zip(whole.splits, capped.splits, strict=True):
@@ -146,11 +158,11 @@ def test_max_train_samples_caps_training_and_keeps_tests(tmp_path) -> None:
 
 def test_surplus_training_samples_can_join_the_local_test_split(tmp_path) -> None:
     root = dataset_files.office_caltech10(tmp_path)
-    options = dict(source="office_caltech10", root=str(root), image_size=8,
-                   partition="domains", num_clients=4, train_fraction=0.5, max_train_samples=4)
-    whole = FederatedDataModule(**{**options, "max_train_samples": None})
-    dropped = FederatedDataModule(**options)
-    kept = FederatedDataModule(**options, surplus_train="test")
+    options = dict(source=OfficeCaltech10(root=str(root), image_size=8), partition=Domains(),
+                   num_clients=4, train_fraction=0.5)
+    whole = FederatedDataModule(**options)
+    dropped = FederatedDataModule(**options, caps=SampleCaps(train_samples=4))
+    kept = FederatedDataModule(**options, caps=SampleCaps(train_samples=4, surplus_train="test"))
     for data in (whole, dropped, kept):
         data.setup()
     for w, a, b in zip(whole.splits, dropped.splits, kept.splits, strict=True):
@@ -161,9 +173,10 @@ def test_surplus_training_samples_can_join_the_local_test_split(tmp_path) -> Non
 
 def test_a_split_without_any_local_test_sample_is_one_line(tmp_path) -> None:
     root = dataset_files.office_caltech10(tmp_path)
-    data = FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
-                               partition="domains", num_clients=4, train_fraction=1.0,
-                               max_train_samples=100, surplus_train="test")
+    data = FederatedDataModule(source=OfficeCaltech10(root=str(root), image_size=8),
+                               partition=Domains(), num_clients=4,
+                               train_fraction=1.0,
+                               caps=SampleCaps(train_samples=100, surplus_train="test"))
     with pytest.raises(ConfigError, match="no client of the office_caltech10 split has a local "
                                           "test sample"):
         data.setup()
@@ -171,7 +184,7 @@ def test_a_split_without_any_local_test_sample_is_one_line(tmp_path) -> None:
 
 def test_a_bad_surplus_train_value_is_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError, match="surplus_train must be drop or test, got 'keep'"):
-        FederatedDataModule(source="digits", surplus_train="keep")
+        FederatedDataModule(source=Digits(), caps=SampleCaps(surplus_train="keep"))
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -234,7 +247,7 @@ def test_bad_input_is_one_line_naming_the_path_and_writes_nothing(
     if bad_path.endswith("nowhere"):
         root = Path(bad_path)
     with pytest.raises((ValueError, FileNotFoundError)) as error:
-        load_source(source, root=root)
+        SOURCES[source](root=root).load()
     message = str(error.value)
     assert expected in message and bad_path in message and "expected" in message
     assert "\n" not in message
@@ -244,13 +257,14 @@ def test_bad_input_is_one_line_naming_the_path_and_writes_nothing(
 def test_differently_sized_images_need_image_size(tmp_path, cache) -> None:
     root = dataset_files.office_caltech10(tmp_path)
     with pytest.raises(ValueError, match="set data.image_size"):
-        load_source("office_caltech10", root=root)
+        OfficeCaltech10(root=root).load()
     assert not [p for p in cached_files(cache) if p.is_file()]
 
 
 def test_a_folder_source_without_root_says_so() -> None:
-    with pytest.raises(ValueError, match="no root was given; set data.root"):
-        load_source("cinic10")
+    with pytest.raises(ValueError,
+                       match=r"no root was given; set root \(data.source.init_args.root\)"):
+        CINIC10().load()
 
 
 # ---------------------------------------------------------------------------- real CIFAR-10
@@ -278,7 +292,7 @@ def real_cifar10(tmp_path_factory):
     previous = os.environ.get("FEDLIGHT_CACHE")
     os.environ["FEDLIGHT_CACHE"] = str(folder)
     try:
-        from fedlight.data.images import class_folders, decode_images
+        from fedlight.data.sources.images import class_folders, decode_images
 
         train_files, y_train, classes = class_folders(CIFAR10_PNG / "train", "t", "t")
         test_files, y_test, _ = class_folders(CIFAR10_PNG / "test", "t", "t")
@@ -307,10 +321,10 @@ def test_real_cifar10_matches_torchvision_cifar10(real_cifar10) -> None:
 
 
 def test_real_cifar10_source_loads_from_the_cache(real_cifar10, monkeypatch) -> None:
-    from fedlight.data import imagefolder
+    from fedlight.data.sources import imagefolder
 
     monkeypatch.setenv("FEDLIGHT_CACHE", str(real_cifar10["cache"]))
-    data = load_source("imagefolder", root=CIFAR10_PNG)
+    data = ImageFolder(root=CIFAR10_PNG).load()
     imagefolder._load.cache_clear()  # frees the 0.7 GB of tensors for the rest of the session
     assert data.input_shape == (3, 32, 32) and data.num_classes == 10
     assert len(data.y_train) == 50000 and len(data.y_test) == 10000
@@ -323,8 +337,10 @@ def test_real_cifar10_source_loads_from_the_cache(real_cifar10, monkeypatch) -> 
 
 def test_local_test_source_tests_each_domain_on_its_own_test_split(tmp_path) -> None:
     root = dataset_files.domainnet10(tmp_path)
-    module = FederatedDataModule(source="domainnet10", root=str(root), image_size=8,
-                                 partition="domains", num_clients=6, local_test="source")
+    module = FederatedDataModule(source=DomainNet10(root=str(root), image_size=8),
+                                 partition=Domains(),
+                                 num_clients=6,
+                                 local_test="source")
     module.setup()
     data = module.data
     n_train = len(data.y_train)
@@ -339,8 +355,9 @@ def test_local_test_source_tests_each_domain_on_its_own_test_split(tmp_path) -> 
 
 def test_local_test_source_keeps_leaf_writers_own_test_samples(tmp_path) -> None:
     root = dataset_files.femnist(tmp_path, writers=6)
-    module = FederatedDataModule(source="femnist", root=str(root), partition="natural",
-                                 num_clients=3, local_test="source", seed=1)
+    module = FederatedDataModule(source=FEMNIST(root=str(root)), partition=Natural(),
+                                 num_clients=3,
+                                 local_test="source", seed=1)
     module.setup()
     data = module.data
     for split in module.splits:
@@ -352,19 +369,19 @@ def test_local_test_source_keeps_leaf_writers_own_test_samples(tmp_path) -> None
 
 
 @pytest.mark.parametrize(("options", "match"), [
-    ({"partition": "iid", "num_clients": 2}, "needs partition domains or natural"),
-    ({"partition": "domains", "num_clients": 4, "merge_test": True}, "set merge_test: false"),
-    ({"partition": "domains", "num_clients": 4, "local_test": "own"}, "unknown local_test"),
+    ({"partition": IID(), "num_clients": 2}, "needs the Domains or Natural partition"),
+    ({"partition": Domains(), "num_clients": 4, "merge_test": True}, "set merge_test: false"),
+    ({"partition": Domains(), "num_clients": 4, "local_test": "own"}, "unknown local_test"),
 ])
 def test_local_test_source_needs_a_client_per_domain(tmp_path, options, match) -> None:
     root = dataset_files.office_caltech10(tmp_path)
     options = {"local_test": "source", **options}
     with pytest.raises(ValueError, match=match):
-        FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
-                            **options).setup()
+        FederatedDataModule(source=OfficeCaltech10(root=str(root), image_size=8), **options).setup()
     with pytest.raises(ValueError, match="office_caltech10 has none, use local_test: split"):
-        FederatedDataModule(source="office_caltech10", root=str(root), image_size=8,
-                            partition="domains", num_clients=4, local_test="source").setup()
+        FederatedDataModule(source=OfficeCaltech10(root=str(root), image_size=8),
+                            partition=Domains(), num_clients=4,
+                            local_test="source").setup()
 
 
 def test_download_fetches_the_official_archive_into_root(tmp_path, monkeypatch) -> None:
@@ -376,7 +393,7 @@ def test_download_fetches_the_official_archive_into_root(tmp_path, monkeypatch) 
         dataset_files.tinyimagenet(Path(download_root), classes=2, per_class=2)
 
     monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", fake_download)
-    data = load_source("tinyimagenet", root=tmp_path / "fresh", download=True)
+    data = TinyImageNet(root=tmp_path / "fresh", download=True).load()
     assert calls == ["http://cs231n.stanford.edu/tiny-imagenet-200.zip"]
     assert data.num_classes == 2 and len(data.y_train) == 4
 
@@ -384,7 +401,7 @@ def test_download_fetches_the_official_archive_into_root(tmp_path, monkeypatch) 
 def test_femnist_all_data_without_a_split(tmp_path) -> None:
     rng = np.random.default_rng(0)
     dataset_files.leaf_file(tmp_path / "all_data" / "all_data_0.json", ["a", "b"], [5, 7], rng)
-    data = load_source("femnist", root=tmp_path)
+    data = FEMNIST(root=tmp_path).load()
     assert data.x_test is None and data.group_names == ["a", "b"]
     assert np.bincount(data.groups_train).tolist() == [5, 7]
 
@@ -398,5 +415,5 @@ def test_an_interrupted_cache_write_leaves_no_file(tmp_path, cache, monkeypatch)
 
     monkeypatch.setattr(np, "savez", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        load_source("imagefolder", root=root)
+        ImageFolder(root=root).load()
     assert not [p for p in cached_files(cache) if p.is_file()]

@@ -12,7 +12,7 @@ from fedlight.models import build_backbone
 from tests.conftest import tiny_data, tiny_trainer
 
 CPU = torch.device("cpu")
-IMAGES = dict(synthetic_shape=(3, 16, 16))
+IMAGES = dict(shape=(3, 16, 16))
 
 
 def image_client(cls=FedAvg, backbone="cnn", **kwargs):

@@ -9,6 +9,7 @@ import torch
 
 from fedlight.clients import FedAvg
 from fedlight.clients.moon import MOON
+from fedlight.data.partitions.dirichlet import Dirichlet
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -62,7 +63,7 @@ def test_previous_model_is_private_and_takes_the_trained_weights_at_round_end():
 
 
 def test_mu_zero_equals_fedavg_and_mu_one_does_not(tmp_path):
-    data = tiny_data(partition="dirichlet", beta=0.3)
+    data = tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5))
     states = {}
     for name, cls, kwargs in (("fedavg", FedAvg, {}), ("mu0", MOON, {"mu": 0.0}),
                               ("mu1", MOON, {"mu": 1.0})):

@@ -118,5 +118,5 @@ def test_every_source_is_keyed_apart_and_the_runtime_keys_each_client(tmp_path, 
     trainer = tiny_trainer(tmp_path, rounds=1, verbose=False)
     torch.manual_seed(0)
     trainer.fit(FedPick(backbone="cnn_bn", num_classes=4, input_shape=shape),
-                tiny_data(num_clients=2, synthetic_shape=shape))
+                tiny_data(num_clients=2, shape=shape))
     assert keys[:2] == [derive_seed(derive_seed(0, 0, client), 0) for client in (0, 1)]

@@ -14,7 +14,10 @@ import torch
 
 from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.data import FederatedDataModule
-from fedlight.data.sources import load_source
+from fedlight.data.partitions.domains import Domains
+from fedlight.data.sources.imagefolder import ImageFolder
+from fedlight.data.sources.office_caltech10 import OfficeCaltech10
+from fedlight.data.sources.packed import Packed
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "pack_data.py"
 spec = importlib.util.spec_from_file_location("pack_data", SCRIPT)
@@ -41,10 +44,10 @@ def test_a_packed_imagefolder_subset_loads_as_the_folder_source_does(tmp_path, x
     root = dataset_files.imagefolder(tmp_path / "cifar", classes=3, per_class=4)
     path = pack_data.pack("cifar", root, tmp_path / "gpu_data", (3, 1), None, xz)
     assert path.name == "cifar_3_1.pt" + (".xz" if xz else "")
-    packed = load_source("packed", root=path)
-    same(packed, load_source("imagefolder", root=root, first_per_class=[3, 1]))
+    packed = Packed(root=path).load()
+    same(packed, ImageFolder(root=root, first_per_class=[3, 1]).load())
     assert len(packed.y_train) == 9 and len(packed.y_test) == 3
-    resized = load_source("packed", root=path, image_size=4)  # options of every image source
+    resized = Packed(root=path, image_size=4).load()  # options of every image source
     assert resized.input_shape == (3, 4, 4)
 
 
@@ -58,13 +61,13 @@ def test_a_packed_cross_domain_set_keeps_its_domains(tmp_path):
     root = dataset_files.office_caltech10(tmp_path / "office", per_class=2)
     path = pack_data.pack("office_caltech10", root, tmp_path / "gpu_data", image_size=8)
     assert path.name == "office_caltech10_8px.pt"
-    packed = load_source("packed", root=path)
-    same_domains = load_source("office_caltech10", root=root, image_size=8)
+    packed = Packed(root=path).load()
+    same_domains = OfficeCaltech10(root=root, image_size=8).load()
     assert torch.equal(packed.x_train, same_domains.x_train)
     assert packed.domains_train.tolist() == same_domains.domains_train.tolist()
     assert packed.domain_names == same_domains.domain_names
-    data = FederatedDataModule(source="packed", root=str(path), num_clients=4,
-                               partition="domains", train_fraction=0.5)
+    data = FederatedDataModule(source=Packed(root=str(path)), partition=Domains(), num_clients=4,
+                               train_fraction=0.5)
     data.setup()
     assert [len(set(data.data.domains_train[s.train])) for s in data.splits] == [1] * 4
     with pytest.raises(SystemExit, match="give --image-size"):
@@ -83,14 +86,14 @@ def test_the_script_prints_what_it_wrote(tmp_path, monkeypatch, capsys):
 
 def test_a_missing_or_foreign_file_is_a_one_line_error(tmp_path):
     with pytest.raises(MissingFileError, match="does not exist; write it with"):
-        load_source("packed", root=tmp_path / "none.pt")
+        Packed(root=tmp_path / "none.pt").load()
     foreign = tmp_path / "foreign.pt"
     torch.save({"x": torch.zeros(2)}, foreign)
     with pytest.raises(DamagedFileError, match="has format None, not 'fedlight-packed-1'"):
-        load_source("packed", root=foreign)
+        Packed(root=foreign).load()
     broken = tmp_path / "broken.pt.xz"
     broken.write_bytes(b"not xz")
     with pytest.raises(DamagedFileError, match="is not a packed dataset"):
-        load_source("packed", root=broken)
-    with pytest.raises(ConfigError, match="set data.root to it"):
-        load_source("packed")
+        Packed(root=broken).load()
+    with pytest.raises(ConfigError, match=r"set root \(data.source.init_args.root\) to it"):
+        Packed().load()

@@ -3,13 +3,21 @@
 import numpy as np
 import pytest
 
-from fedlight.data import FederatedDataModule
-from fedlight.data.partition import PARTITIONS, partition_labels, split_client
+from fedlight.data import FederatedDataModule, SampleCaps
+from fedlight.data.partitions import PARTITIONS, as_partition, split_client
+from fedlight.data.partitions.dirichlet import Dirichlet
 
 NUM_CLASSES = 10
 # 1000 samples, 100 per class, in a shuffled order
 LABELS = np.random.default_rng(123).permutation(np.repeat(np.arange(NUM_CLASSES), 100))
-LABEL_SCHEMES = [p for p in PARTITIONS if p not in ("domains", "natural")]
+LABEL_SCHEMES = [name for name, cls in PARTITIONS.items() if cls.ids is None and name != "file"]
+
+
+def partition_labels(name: str, labels, num_clients, seed: int, domains=None, groups=None,
+                     **options) -> list[np.ndarray]:
+    """The split of the scheme named ``name`` with its options."""
+    return PARTITIONS[name](**options).split(labels, num_clients, seed, domains=domains,
+                                             groups=groups)
 
 
 def classes_of(part: np.ndarray, labels: np.ndarray = LABELS) -> set[int]:
@@ -27,8 +35,20 @@ def assert_valid(parts: list[np.ndarray], num_clients: int, n: int) -> None:
 
 
 def test_registry_lists_every_scheme() -> None:
-    assert PARTITIONS == ("iid", "dirichlet", "pathological", "shards", "incomplete", "domains",
-                          "natural")
+    assert set(PARTITIONS) == {"iid", "dirichlet", "pathological", "shards", "incomplete",
+                               "domains", "natural", "file"}
+    assert {cls.__name__ for cls in PARTITIONS.values()} == {
+        "IID", "Dirichlet", "Pathological", "Shards", "Incomplete", "Domains", "Natural",
+        "FromFile"}
+
+
+def test_a_mapping_names_a_partition_by_class_name_or_path() -> None:
+    short = as_partition({"class_path": "Dirichlet", "init_args": {"beta": 0.3}})
+    full = as_partition(Dirichlet(beta=0.3).record())
+    assert isinstance(short, Dirichlet) and short.options() == full.options() == {
+        "beta": 0.3, "min_client_size": 10}
+    with pytest.raises(ValueError, match=r"unknown data.partition class 'Dirichelt'; valid: "):
+        as_partition({"class_path": "Dirichelt"})
 
 
 @pytest.mark.parametrize("name", LABEL_SCHEMES)
@@ -112,7 +132,7 @@ def test_unbalanced_pathological_draws_pfllibs_random_shares() -> None:
 def test_unbalanced_pathological_splits_a_class_too_small_to_draw_evenly() -> None:
     labels = np.repeat(np.arange(2), 3)  # 3 samples per class, 2 holders: nothing to draw
     parts = partition_labels("pathological", labels, 4, seed=0, classes_per_client=1,
-                             balanced=False, min_client_size=1)
+                             balanced=False)
     assert sorted(len(p) for p in parts) == [1, 1, 2, 2]
 
 
@@ -191,7 +211,6 @@ def test_natural_samples_groups_with_the_seed() -> None:
 @pytest.mark.parametrize(
     ("name", "num_clients", "options", "match"),
     [
-        ("dirichelt", 10, {}, r"unknown partition 'dirichelt'; valid: iid, dirichlet"),
         ("iid", 0, {}, r"num_clients=0"),
         ("iid", 2.5, {}, r"num_clients=2\.5"),
         ("iid", 1001, {}, r"num_clients=1001 exceeds the 1000 samples"),
@@ -206,10 +225,11 @@ def test_natural_samples_groups_with_the_seed() -> None:
         ("shards", 500, {"shards_per_client": 3}, r"1500 shards exceeds the 1000 samples"),
         ("incomplete", 10, {"size_sigma": -0.5}, r"size_sigma=-0\.5"),
         ("incomplete", 100, {"min_client_size": 30}, r"min_client_size=30"),
-        ("domains", 10, {}, r"no domains; valid partitions for it: iid, dirichlet"),
+        ("domains", 10, {}, r"no domains; valid partitions for it: dirichlet, file, iid, "
+                            r"incomplete, pathological, shards$"),
         ("domains", 4, {"domains": DOMAINS}, r"num_clients=4.*multiple of 3"),
         ("domains", 3, {"domains": DOMAINS[:10]}, r"one domain id per sample"),
-        ("natural", 10, {}, r"no groups; valid partitions for it: iid, .*incomplete$"),
+        ("natural", 10, {}, r"no groups; valid partitions for it: dirichlet, .*shards$"),
         ("natural", 51, {"groups": GROUPS}, r"num_clients=51 exceeds the 50 groups.*at most 50"),
         ("natural", 3, {"groups": GROUPS[:10]}, r"one group id per sample"),
     ],
@@ -277,9 +297,9 @@ def test_split_client_rejects_bad_fraction(fraction: float) -> None:
 
 
 def test_max_client_samples_caps_each_client_in_proportion():
-    options = dict(source="mnist5k", num_clients=10, partition="dirichlet", beta=0.5, seed=0)
+    options = dict(partition=Dirichlet(beta=0.5), num_clients=10, seed=0)
     full = FederatedDataModule(**options)
-    capped = FederatedDataModule(**options, max_client_samples=50)
+    capped = FederatedDataModule(**options, caps=SampleCaps(client_samples=50))
     full.setup()
     capped.setup()
     cut = 0
@@ -291,5 +311,5 @@ def test_max_client_samples_caps_each_client_in_proportion():
             cut += 1
             assert abs(len(part.train) / 50 - len(whole.train) / total) <= 0.02
     assert cut > 0
-    with pytest.raises(ValueError, match="max_client_samples must be at least 2"):
-        FederatedDataModule(**options, max_client_samples=1)
+    with pytest.raises(ValueError, match="caps.client_samples must be at least 2"):
+        FederatedDataModule(**options, caps={"client_samples": 1})

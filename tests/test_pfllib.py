@@ -6,7 +6,10 @@ import torch
 
 from fedlight.cli import main
 from fedlight.data import FederatedDataModule
-from fedlight.data.pfllib import export_pfllib
+from fedlight.data.partitions import as_partition
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.from_file import FromFile
+from fedlight.data.sources.pfllib import PFLlib, export_pfllib
 from tests.conftest import tiny_data
 
 
@@ -32,7 +35,7 @@ def write_pfllib_folder(folder, sizes=((12, 4), (8, 3), (10, 5)), shape=(1, 8, 8
 
 def test_pfllib_folder_is_read_with_its_own_clients(tmp_path):
     written = write_pfllib_folder(tmp_path)
-    data = FederatedDataModule(source="pfllib", root=str(tmp_path), num_clients=3)
+    data = FederatedDataModule(source=PFLlib(root=str(tmp_path)), num_clients=3)
     data.setup()
     assert data.num_clients == 3 and data.num_classes == 4 and data.input_shape == (1, 8, 8)
     for client_id, arrays in enumerate(written):
@@ -44,9 +47,9 @@ def test_pfllib_folder_is_read_with_its_own_clients(tmp_path):
 
 
 def test_export_then_read_round_trips_every_client(tmp_path):
-    original = tiny_data(num_clients=3, partition="dirichlet", beta=0.5)
+    original = tiny_data(num_clients=3, partition=Dirichlet(beta=0.5, min_client_size=5))
     export_pfllib(original, tmp_path / "exported")
-    again = FederatedDataModule(source="pfllib", root=str(tmp_path / "exported"), num_clients=3)
+    again = FederatedDataModule(source=PFLlib(root=str(tmp_path / "exported")), num_clients=3)
     for client_id in range(3):
         for getter in ("client_train", "client_test"):
             for a, b in zip(getattr(original, getter)(client_id), getattr(again, getter)(client_id),
@@ -60,7 +63,7 @@ def test_missing_client_file_is_named(tmp_path):
     write_pfllib_folder(tmp_path)
     (tmp_path / "test" / "1.npz").unlink()
     with pytest.raises(FileNotFoundError, match="test/1.npz"):
-        FederatedDataModule(source="pfllib", root=str(tmp_path)).setup()
+        FederatedDataModule(source=PFLlib(root=str(tmp_path))).setup()
 
 
 def test_mismatched_lengths_are_named(tmp_path):
@@ -68,12 +71,12 @@ def test_mismatched_lengths_are_named(tmp_path):
     with open(tmp_path / "train" / "0.npz", "wb") as handle:
         np.savez_compressed(handle, data={"x": np.zeros((5, 1, 8, 8)), "y": np.zeros(4)})
     with pytest.raises(ValueError, match="x has 5 samples but y has 4"):
-        FederatedDataModule(source="pfllib", root=str(tmp_path)).setup()
+        FederatedDataModule(source=PFLlib(root=str(tmp_path))).setup()
 
 
 def test_missing_config_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
-        FederatedDataModule(source="pfllib", root=str(tmp_path)).setup()
+        FederatedDataModule(source=PFLlib(root=str(tmp_path))).setup()
 
 
 @pytest.mark.parametrize("clients, message", [
@@ -85,28 +88,29 @@ def test_bad_partition_files_are_rejected(tmp_path, clients, message):
     path = tmp_path / "split.json"
     path.write_text(json.dumps({"clients": clients}))
     with pytest.raises(ValueError, match=message):
-        tiny_data(partition="file", partition_file=str(path)).setup()
+        tiny_data(partition=FromFile(str(path))).setup()
 
 
 def test_partition_file_reproduces_a_run_split(tmp_path):
     original = tiny_data(num_clients=3, partition="pathological")
     original.save_partition(tmp_path)
-    copy = tiny_data(partition="file", partition_file=str(tmp_path / "partition.json"))
+    copy = tiny_data(partition=FromFile(str(tmp_path / "partition.json")))
     copy.setup()
     assert copy.num_clients == 3
     for client_id in range(3):
         assert torch.equal(copy.client_train(client_id)[1], original.client_train(client_id)[1])
 
 
-def test_unknown_partition_lists_file_too():
-    with pytest.raises(ValueError, match="'pathologic'.*file"):
-        tiny_data(partition="pathologic")
+def test_unknown_partition_lists_from_file_too():
+    with pytest.raises(ValueError, match="'Pathologic'; valid: .*FromFile"):
+        as_partition({"class_path": "Pathologic"})
 
 
 def test_fit_on_a_pfllib_folder_and_export_a_run(tmp_path):
     write_pfllib_folder(tmp_path / "pfl", sizes=((20, 6), (16, 6)), shape=(1, 28, 28), classes=10)
     config = "configs/fedavg/mnist5k_dirichlet.yaml"
-    main(["fit", "-c", config, "--data.source", "pfllib", "--data.root", str(tmp_path / "pfl"),
+    main(["fit", "-c", config, "--data.source", "PFLlib", "--data.source.root",
+          str(tmp_path / "pfl"),
           "--trainer.rounds", "1", "--trainer.progress_bar", "false",
           "--trainer.default_root_dir", str(tmp_path / "runs")])
     run = next((tmp_path / "runs").iterdir())

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedlight.clients import FedAvg
+from fedlight.data.partitions.dirichlet import Dirichlet
 from fedlight.privacy import (
     DLGProbe,
     client_leakage,
@@ -244,7 +245,7 @@ def test_the_dlg_probe_gives_the_same_value_with_one_or_two_processes(tmp_path):
     """Client 0 belongs to rank 1 on this split: the probe runs where the client lives."""
     from fedlight.federation.processes.collectives import balanced_owners
 
-    split = dict(partition="dirichlet", beta=0.5)
+    split = dict(partition=Dirichlet(beta=0.5, min_client_size=5))
     data = tiny_data(**split)
     data.setup("fit")
     assert balanced_owners([data.client_train_size(i) for i in range(4)], 2)[0] == 1

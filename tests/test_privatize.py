@@ -281,9 +281,9 @@ def test_interpolation_cli_reads_a_cli_run_folder(tmp_path, capsys):
 
     fedlight_main([
         "fit", "--model", "Privatize", "--model.init_args.way", "AaBb",
-        "--model.init_args.backbone", "mlp", "--data.source", "synthetic",
-        "--data.synthetic_samples", "200", "--data.synthetic_shape", "[1, 8, 8]",
-        "--data.synthetic_classes", "4", "--data.num_clients", "3", "--data.partition", "iid",
+        "--model.init_args.backbone", "mlp", "--data.source", "Synthetic",
+        "--data.source.samples", "200", "--data.source.shape", "[1, 8, 8]",
+        "--data.source.classes", "4", "--data.num_clients", "3", "--data.partition", "IID",
         "--trainer.rounds", "1", "--trainer.progress_bar", "false", "--trainer.accelerator",
         "cpu", "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "cli"])
     interpolate_main([str(tmp_path / "cli"), "--step", "0.5"])

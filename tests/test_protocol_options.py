@@ -19,6 +19,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import Score, TrainTask
 from fedlight.core.seeding import mean_join_ratio, participant_count, sample_clients
 from fedlight.data import FederatedDataModule, batches_per_epoch, iterate_batches
+from fedlight.data.partitions.domains import Domains
+from fedlight.data.sources.mnist5k import MNIST5k
 from fedlight.federation.outputs.folder import CLIENT_ROUNDS
 from fedlight.federation.outputs.writer import client_score_rows
 from fedlight.federation.training_loop import TrainingLoop
@@ -301,8 +303,8 @@ def test_rows_name_each_clients_domain_where_the_data_has_one():
 
 
 def test_the_data_module_names_each_domain_client():
-    data = FederatedDataModule(source="mnist5k", num_clients=2, partition="domains",
-                               domain_transforms=["identity", "invert"])
+    data = FederatedDataModule(source=MNIST5k(domain_transforms=["identity", "invert"]),
+                               partition=Domains(), num_clients=2)
     data.setup()
     assert data.client_names() == ["identity", "invert"]
     plain = tiny_data()

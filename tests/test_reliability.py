@@ -25,9 +25,9 @@ from tests.conftest import make_client, tiny_data, tiny_trainer
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
     "model": {"class_path": "FedAvg", "init_args": {"backbone": "mlp", "lr": 0.1}},
-    "data": {"source": "synthetic", "num_clients": 4, "partition": "iid",
-             "synthetic_samples": 240, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
-             "min_client_size": 5},
+    "data": {"source": {"class_path": "Synthetic",
+                        "init_args": {"samples": 240, "shape": [1, 8, 8], "classes": 4}},
+             "num_clients": 4, "partition": {"class_path": "IID"}},
     "trainer": {"rounds": 12, "batch_size": 16, "accelerator": "cpu", "checkpoint_every": 100,
                 "devices": 1,
                 "logger": "csv", "seed": 0, "progress_bar": False},

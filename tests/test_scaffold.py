@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fedlight.clients import ClientContext, FedAvg
 from fedlight.clients.scaffold import SCAFFOLD, SCAFFOLDServer
 from fedlight.core.rules import Report, ServerContext, SingleProcess
+from fedlight.data.partitions.dirichlet import Dirichlet
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -120,7 +121,7 @@ def test_server_steps_with_global_lr_and_sums_control_deltas_over_all_clients():
 
 
 def test_first_round_equals_fedavg_and_the_second_does_not(tmp_path):
-    data = tiny_data(partition="dirichlet", beta=0.3)
+    data = tiny_data(partition=Dirichlet(beta=0.3, min_client_size=5))
     states = {}
     for cls in (FedAvg, SCAFFOLD):
         for rounds in (1, 2):

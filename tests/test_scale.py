@@ -22,6 +22,7 @@ from lightning.fabric.plugins import MixedPrecision
 from fedlight.clients import FedAvg
 from fedlight.core.rules import weighted_mean
 from fedlight.core.seeding import drop_clients
+from fedlight.data.partitions.dirichlet import Dirichlet
 from fedlight.federation.processes import cpus
 from fedlight.federation.processes.collectives import balanced_owners
 from fedlight.federation.processes.cpus import resolve_auto_devices
@@ -75,7 +76,7 @@ def assert_same_states(a, b):
 # nobody to train or nobody reporting, and never-trained clients are scored too. Their sizes
 # differ, so the balanced owners are not client % 2 (checked below).
 SETTING = dict(rounds=4, join_ratio=0.5, drop_rate=0.25, threads=1)
-SIX = dict(num_clients=6, partition="dirichlet", beta=0.5)
+SIX = dict(num_clients=6, partition=Dirichlet(beta=0.5, min_client_size=5))
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +152,9 @@ def test_cli_with_two_devices_reruns_itself_per_rank_and_matches_one_process(tmp
     for rank 1; the run equals a 1-process run of the same configuration."""
     args = ["--model", "FedAvg", "--model.init_args.backbone", "mlp",
             "--model.init_args.lr", "0.1", "--model.init_args.extra_private", "[model.head.*]",
-            "--data.source", "synthetic", "--data.num_clients", "4", "--data.partition", "iid",
-            "--data.synthetic_samples", "240", "--data.synthetic_shape", "[1,8,8]",
-            "--data.synthetic_classes", "4", "--data.min_client_size", "5",
+            "--data.source", "Synthetic", "--data.num_clients", "4", "--data.partition", "IID",
+            "--data.source.samples", "240", "--data.source.shape", "[1,8,8]",
+            "--data.source.classes", "4",
             "--trainer.rounds", "2", "--trainer.batch_size", "16", "--trainer.threads", "1",
             "--trainer.accelerator", "cpu", "--trainer.progress_bar", "false",
             "--trainer.default_root_dir", str(tmp_path), "--trainer.run_name", "cli",

@@ -11,7 +11,11 @@ import torch
 import torchvision.datasets
 import torchvision.datasets.cifar
 
-from fedlight.data.sources import SOURCES, SourceData, load_source
+from fedlight.data.sources import SOURCES, SourceData, as_source
+from fedlight.data.sources.digits import Digits
+from fedlight.data.sources.mnist5k import MNIST5k
+from fedlight.data.sources.synthetic import Synthetic
+from fedlight.data.sources.torchvision_datasets import CIFAR10
 
 
 def assert_standardized(x: torch.Tensor) -> None:
@@ -34,7 +38,7 @@ def test_registry() -> None:
 
 
 def test_mnist5k() -> None:
-    data = load_source("mnist5k")
+    data = MNIST5k().load()
     assert data.x_train.shape == (5000, 1, 28, 28) and data.x_train.dtype == torch.float32
     assert data.y_train.dtype == torch.int64
     assert torch.bincount(data.y_train).tolist() == [500] * 10
@@ -44,14 +48,14 @@ def test_mnist5k() -> None:
 
 
 def test_loads_are_cached_and_frozen() -> None:
-    data = load_source("mnist5k")
-    assert load_source("mnist5k") is data
+    data = MNIST5k().load()
+    assert MNIST5k().load() is data
     with pytest.raises(dataclasses.FrozenInstanceError):
         data.num_classes = 3  # type: ignore[misc]
 
 
 def test_digits() -> None:
-    data = load_source("digits")
+    data = Digits().load()
     assert data.x_train.shape == (1797, 1, 8, 8) and data.input_shape == (1, 8, 8)
     assert data.num_classes == 10 and data.x_test is None
     assert sorted(torch.unique(data.y_train).tolist()) == list(range(10))
@@ -60,9 +64,7 @@ def test_digits() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 28, 28), (3, 8, 8), (20,)])
 def test_synthetic_shape_balance(shape: tuple[int, ...]) -> None:
-    data = load_source(
-        "synthetic", synthetic_samples=303, synthetic_shape=shape, synthetic_classes=5
-    )
+    data = Synthetic(samples=303, shape=shape, classes=5).load()
     assert data.x_train.shape == (303, *shape) and data.num_classes == 5
     counts = torch.bincount(data.y_train, minlength=5)
     assert counts.max() - counts.min() <= 1
@@ -72,7 +74,7 @@ def test_synthetic_shape_balance(shape: tuple[int, ...]) -> None:
 
 def test_synthetic_is_seeded() -> None:
     def load(seed: int) -> SourceData:
-        return load_source("synthetic", seed=seed, synthetic_samples=200, synthetic_shape=(16,))
+        return Synthetic(samples=200, shape=(16,)).load(seed)
 
     assert torch.equal(load(1).x_train, load(1).x_train)
     assert torch.equal(load(1).y_train, load(1).y_train)
@@ -81,7 +83,7 @@ def test_synthetic_is_seeded() -> None:
 
 def test_synthetic_classes_are_learnable() -> None:
     """Nearest class mean on half the data classifies the other half well above chance."""
-    data = load_source("synthetic", synthetic_samples=1000, synthetic_shape=(1, 28, 28))
+    data = Synthetic(samples=1000, shape=(1, 28, 28)).load()
     x, y = data.x_train.flatten(1), data.y_train
     means = torch.stack([x[:500][y[:500] == c].mean(0) for c in range(10)])
     accuracy = (torch.cdist(x[500:], means).argmin(1) == y[500:]).float().mean().item()
@@ -91,19 +93,22 @@ def test_synthetic_classes_are_learnable() -> None:
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"synthetic_classes": 1}, "synthetic_classes=1"),
-        ({"synthetic_samples": 3, "synthetic_classes": 4}, "synthetic_samples=3"),
-        ({"synthetic_shape": (1, 0, 4)}, r"synthetic_shape=\(1, 0, 4\)"),
+        ({"classes": 1}, "classes=1"),
+        ({"samples": 3, "classes": 4}, "samples=3"),
+        ({"shape": (1, 0, 4)}, r"shape=\(1, 0, 4\)"),
     ],
 )
 def test_synthetic_rejects_bad_settings(options: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        load_source("synthetic", **options)
+        Synthetic(**options).load()
 
 
-def test_unknown_source_names_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown data source 'mnst'; valid: mnist5k, digits"):
-        load_source("mnst")
+def test_a_mapping_names_a_source_by_class_name_or_path() -> None:
+    short = as_source({"class_path": "Synthetic", "init_args": {"samples": 100}})
+    assert isinstance(short, Synthetic) and short.options()["samples"] == 100
+    assert as_source(short.record()).options() == short.options()
+    with pytest.raises(ValueError, match=r"unknown data.source class 'MNST'; valid: AGNews, "):
+        as_source({"class_path": "MNST"})
 
 
 # ---------------------------------------------------------------------------- torchvision
@@ -134,7 +139,7 @@ def write_mnist(root: Path, folder: str, rng: np.random.Generator) -> dict[str, 
 @pytest.mark.parametrize(("source", "folder"), [("mnist", "MNIST"), ("fmnist", "FashionMNIST")])
 def test_mnist_format_folder(tmp_path: Path, source: str, folder: str) -> None:
     arrays = write_mnist(tmp_path, folder, np.random.default_rng(0))
-    data = load_source(source, root=tmp_path)
+    data = SOURCES[source](root=tmp_path).load()
     expected_train, expected_test = standardized(
         arrays["train-images-idx3-ubyte"][:, None], arrays["t10k-images-idx3-ubyte"][:, None]
     )
@@ -186,7 +191,7 @@ def test_cifar_format_folder(
     )
     dataset_cls = getattr(torchvision.datasets, class_name)
     train, test = write_cifar(tmp_path, dataset_cls, label_key, np.random.default_rng(0))
-    data = load_source(source, root=str(tmp_path))
+    data = SOURCES[source](root=str(tmp_path)).load()
     expected_train, expected_test = standardized(train, test)
     assert data.x_train.shape == (len(train), 3, 32, 32) and data.x_test.shape == (4, 3, 32, 32)
     assert data.x_train.is_contiguous()
@@ -199,7 +204,7 @@ def test_cifar_format_folder(
 @pytest.mark.parametrize("source", ["mnist", "fmnist", "cifar10", "cifar100"])
 def test_missing_folder_says_what_to_do(tmp_path: Path, source: str) -> None:
     with pytest.raises(FileNotFoundError, match=rf"'{source}' not found .*{tmp_path}.*download"):
-        load_source(source, root=tmp_path)
+        SOURCES[source](root=tmp_path).load()
 
 
 def test_corrupted_files_say_what_to_do(tmp_path: Path) -> None:
@@ -207,9 +212,10 @@ def test_corrupted_files_say_what_to_do(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "data_batch_1").write_bytes(b"not cifar")  # fails the real MD5 check
     with pytest.raises(FileNotFoundError, match=r"'cifar10' not found .*checks.*download"):
-        load_source("cifar10", root=tmp_path)
+        CIFAR10(root=tmp_path).load()
 
 
 def test_torchvision_source_needs_a_root() -> None:
-    with pytest.raises(ValueError, match=r"'cifar10' .* no root was given; set data.root"):
-        load_source("cifar10")
+    with pytest.raises(ValueError, match=r"'cifar10' .* no root was given; set root "
+                                         r"\(data.source.init_args.root\)"):
+        CIFAR10().load()

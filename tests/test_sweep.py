@@ -29,9 +29,9 @@ from fedlight.sweep.plan import CELL_TRAINER_OPTIONS
 
 BASE = {
     "model": {"class_path": "GPFL", "init_args": {"backbone": "mlp", "lr": 0.1, "lamda": 0.01}},
-    "data": {"source": "synthetic", "num_clients": 3, "partition": "iid",
-             "synthetic_samples": 120, "synthetic_shape": [1, 8, 8], "synthetic_classes": 4,
-             "min_client_size": 5},
+    "data": {"source": {"class_path": "Synthetic",
+                        "init_args": {"samples": 120, "shape": [1, 8, 8], "classes": 4}},
+             "num_clients": 3, "partition": {"class_path": "IID"}},
     "trainer": {"rounds": 1, "batch_size": 16, "accelerator": "cpu", "eval_every": 1},
 }
 
@@ -52,8 +52,9 @@ def options(**given):
 def test_grid_expands_methods_settings_points_and_seeds(tmp_path):
     spec = {"methods": {"FedAvg": "FedAvg", "FedRep-1": {"class_path": "FedRep",
                                                          "init_args": {"head_epochs": 1}}},
-            "settings": {"iid": {"data.partition": "iid"},
-                         "dir": {"data": {"partition": "dirichlet", "beta": 0.5}}},
+            "settings": {"iid": {"data.partition": {"class_path": "IID"}},
+                         "dir": {"data": {"partition": {"class_path": "Dirichlet",
+                                                        "init_args": {"beta": 0.5}}}}},
             "grid": {"model.init_args.lr": [0.1, 0.05]}, "seeds": 2,
             "seed_keys": ["trainer.seed", "data.seed"]}
     sweep = read_sweep(spec, tmp_path, "name")
@@ -63,7 +64,8 @@ def test_grid_expands_methods_settings_points_and_seeds(tmp_path):
     assert cell.row == "dir lr=0.05"
     args = list(cell.args)
     # the setting, then the method's class and arguments, the grid point and the seed
-    order = ["--data.partition=dirichlet", "--data.beta=0.5", "--model=FedRep",
+    order = ['--data.partition={"class_path": "Dirichlet", "init_args": {"beta": 0.5}}',
+             "--model=FedRep",
              "--model.init_args.head_epochs=1", "--model.init_args.lr=0.05", "--trainer.seed=1",
              "--data.seed=1"]
     assert [a for a in args if a in order] == order
@@ -247,7 +249,7 @@ def test_select_chooses_the_grid_point_on_validation(tmp_path):
     ({"grid": {"model.init_args.lr": []}}, "grid: model.init_args.lr must be a non-empty list"),
     ({"seeds": 0}, "seeds must be at least 1, got 0"),
     ({"base": "missing.yaml"}, "base config '"),
-    ({"overrides": {"data.bta": 0.1}}, "did you mean 'data.beta'"),
+    ({"overrides": {"data.sed": 1}}, "did you mean 'data.seed'"),
     ({"grid": {"model.init_args.lr": [0.1]}, "select": "validation"},
      "select: validation needs data.val_fraction > 0"),
     ({"select": "test"}, "select: unknown mode 'test'; valid: validation"),
@@ -278,8 +280,8 @@ def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
     """Every benchmark sweep file expands, and its first and last run resolve as fit configs
     (the real-image files with mnist5k in place of their image folder)."""
     spec = yaml.safe_load(path.read_text())
-    source = spec["overrides"].get("data", {}).get("source")
-    given = ["data.source=mnist5k", "data.root=null"] if source == "imagefolder" else None
+    source = (spec["overrides"].get("data", {}).get("source") or {}).get("class_path")
+    given = ['data.source={"class_path": "MNIST5k"}'] if source == "ImageFolder" else None
     sweep = load_sweep(path, options(set=given))
     # a table has several cells; a search file one study (its trials are drawn as it runs)
     assert sweep.name == path.stem and len(sweep.cells) >= (1 if "search" in spec else 3)
@@ -289,7 +291,8 @@ def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
 
 def test_command_line_lists_replace_and_extend_the_file(tmp_path):
     path = write(tmp_path, {"methods": {"A": "FedAvg", "B": "Local"},
-                            "settings": {"iid": {}, "dir": {"data.partition": "dirichlet"}}})
+                            "settings": {"iid": {},
+                                         "dir": {"data.partition": {"class_path": "Dirichlet"}}}})
     sweep = load_sweep(path, options(methods=["B", "FedPer"], settings=["dir"], seeds=[3],
                                      set=["trainer.rounds=2"],
                                      grid=["model.init_args.lr=0.1,0.01"]))

@@ -16,13 +16,26 @@ import torch
 
 from fedlight.cli import main
 from fedlight.core.errors import DownloadError, FedlightError
-from fedlight.data import FederatedDataModule, load_source
-from fedlight.data.agnews import MAX_TOKENS, URLS, build_vocabulary, encode, tokenize
-from fedlight.data.amazon_review import DRIVE_ID
-from fedlight.data.files import DataFormatError
-from fedlight.data.har import SIGNALS
-from fedlight.data.har import URL as HAR_URL
-from fedlight.data.shakespeare import LEAF_LETTERS
+from fedlight.data import FederatedDataModule
+from fedlight.data.partitions.dirichlet import Dirichlet
+from fedlight.data.partitions.iid import IID
+from fedlight.data.partitions.natural import Natural
+from fedlight.data.sources import SOURCES
+from fedlight.data.sources.agnews import (
+    MAX_TOKENS,
+    URLS,
+    AGNews,
+    build_vocabulary,
+    encode,
+    tokenize,
+)
+from fedlight.data.sources.amazon_review import DRIVE_ID, AmazonReview
+from fedlight.data.sources.digits import Digits
+from fedlight.data.sources.files import DataFormatError
+from fedlight.data.sources.har import HAR, SIGNALS
+from fedlight.data.sources.har import URL as HAR_URL
+from fedlight.data.sources.pfllib import PFLlib
+from fedlight.data.sources.shakespeare import LEAF_LETTERS, Shakespeare
 from fedlight.privacy import DLGProbe
 from fedlight.privacy.dlg import check_image_inputs
 from tests.text_fixtures import write_agnews, write_amazon, write_har, write_shakespeare
@@ -53,7 +66,7 @@ def test_vocabulary_is_padding_then_frequency_then_code_points_whatever_the_orde
 
 def test_agnews_loads_token_ids_labels_and_vocabulary(tmp_path):
     root = write_agnews(tmp_path / "ag")
-    data = load_source("agnews", root=root)
+    data = AGNews(root=root).load()
     assert data.x_train.dtype == torch.int64 and data.x_train.shape == (48, MAX_TOKENS)
     assert data.x_test.shape == (12, MAX_TOKENS) and data.num_classes == 4
     with open(root / "train.csv", newline="") as handle:
@@ -74,11 +87,12 @@ def test_agnews_malformed_line_is_a_one_line_error_and_nothing_is_written(tmp_pa
     root = write_agnews(tmp_path / "ag")
     _rewrite_line(root / "train.csv", 3, line)
     with pytest.raises(DataFormatError, match=message) as caught:
-        load_source("agnews", root=root)
+        AGNews(root=root).load()
     assert "\n" not in str(caught.value)
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit):
-        main(["fit", "--model", "FedAvg", "--data.source", "agnews", "--data.root", str(root),
+        main(["fit", "--model", "FedAvg", "--data.source", "AGNews", "--data.source.root",
+              str(root),
               "--trainer.default_root_dir", str(runs), "--trainer.progress_bar", "false"])
     assert re.search(message, capsys.readouterr().err.splitlines()[0])
     assert not runs.exists() or not any(runs.iterdir())
@@ -93,7 +107,7 @@ def test_agnews_download_fetches_the_two_csv_files(tmp_path, monkeypatch):
         (Path(folder) / filename).write_bytes((fixture / filename).read_bytes())
 
     monkeypatch.setattr("torchvision.datasets.utils.download_url", fake_download)
-    data = load_source("agnews", root=tmp_path / "fresh", download=True)
+    data = AGNews(root=tmp_path / "fresh", download=True).load()
     assert sorted(fetched) == sorted(URLS.values()) and len(data.y_train) == 48
 
 
@@ -111,8 +125,8 @@ def test_har_and_amazon_review_downloads_fetch_their_archives(tmp_path, monkeypa
     monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", fake_archive)
     monkeypatch.setattr("torchvision.datasets.utils.download_file_from_google_drive",
                         fake_drive)
-    assert len(load_source("har", root=tmp_path / "har", download=True).y_train) == 24
-    assert load_source("amazon_review", root=tmp_path / "amz", download=True).num_classes == 2
+    assert len(HAR(root=tmp_path / "har", download=True).load().y_train) == 24
+    assert AmazonReview(root=tmp_path / "amz", download=True).load().num_classes == 2
     assert fetched == [(HAR_URL, "UCI HAR Dataset.zip"), (DRIVE_ID, "amazon.npz")]
 
 
@@ -129,28 +143,28 @@ def test_an_offline_download_is_one_user_error_saying_where_to_put_the_files(
 
     monkeypatch.setattr(f"torchvision.datasets.utils.{helper}", offline)
     with pytest.raises(DownloadError, match=f"could not download.*{names}") as error:
-        load_source(source, root=tmp_path / source, download=True)
+        SOURCES[source](root=tmp_path / source, download=True).load()
     assert "network is unreachable" in str(error.value) and "\n" not in str(error.value)
     assert isinstance(error.value, FedlightError)
 
 
 def test_missing_files_say_how_to_get_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="train.csv, test.csv not found.*download: true"):
-        load_source("agnews", root=tmp_path)
+        AGNews(root=tmp_path).load()
     with pytest.raises(FileNotFoundError, match="preprocess.sh"):
-        load_source("shakespeare", root=tmp_path)
+        Shakespeare(root=tmp_path).load()
     with pytest.raises(FileNotFoundError, match="download: true"):
-        load_source("har", root=tmp_path)
+        HAR(root=tmp_path).load()
     with pytest.raises(FileNotFoundError, match="amazon.npz not found.*Google Drive"):
-        load_source("amazon_review", root=tmp_path)
+        AmazonReview(root=tmp_path).load()
     with pytest.raises(ValueError, match="no root was given"):
-        load_source("har")
+        HAR().load()
 
 
 # ===================================================================== Shakespeare
 def test_shakespeare_codes_characters_after_padding_and_targets_in_leaf_order(tmp_path):
     root = write_shakespeare(tmp_path / "leaf", roles=3, samples=10)
-    data = load_source("shakespeare", root=root)
+    data = Shakespeare(root=root).load()
     assert data.x_train.dtype == torch.int64 and data.input_shape == (80,)
     assert data.num_classes == 80 and data.vocab == ["<pad>", *LEAF_LETTERS]
     record = json.loads(next((root / "train").glob("*.json")).read_text())
@@ -185,14 +199,14 @@ def test_leaf_file_with_disagreeing_counts_or_unknown_character_is_refused(tmp_p
     root = write_shakespeare(tmp_path / "leaf")
     path = _edit_leaf(root, edit)
     with pytest.raises(DataFormatError, match=message) as caught:
-        load_source("shakespeare", root=root)
+        Shakespeare(root=root).load()
     assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
 
 
 # ===================================================================== HAR
 def test_har_stacks_nine_channels_and_numbers_subjects(tmp_path):
     root = write_har(tmp_path, train_subjects=(1, 3), test_subjects=(2,), windows=6)
-    data = load_source("har", root=root)
+    data = HAR(root=root).load()
     assert data.x_train.dtype == torch.float32 and data.x_train.shape == (12, 9, 128)
     signals = root / "UCI HAR Dataset" / "train" / "Inertial Signals"
     gyro_y = np.loadtxt(signals / f"{SIGNALS[4]}_train.txt", dtype=np.float32)
@@ -200,7 +214,7 @@ def test_har_stacks_nine_channels_and_numbers_subjects(tmp_path):
     assert data.y_train.tolist() == [0, 1, 2, 3, 4, 5] * 2 and data.num_classes == 6
     assert data.group_names == ["1", "2", "3"]
     assert data.groups_train.tolist() == [0] * 6 + [2] * 6 and set(data.groups_test) == {1}
-    inner = load_source("har", root=root / "UCI HAR Dataset")  # either folder works
+    inner = HAR(root=root / "UCI HAR Dataset").load()  # either folder works
     assert torch.equal(inner.x_train, data.x_train) and torch.equal(inner.y_train, data.y_train)
     assert torch.equal(inner.x_test, data.x_test) and inner.group_names == data.group_names
 
@@ -210,10 +224,10 @@ def test_har_wrong_column_count_names_file_and_line(tmp_path):
     path = root / "UCI HAR Dataset" / "test" / "Inertial Signals" / "body_gyro_z_test.txt"
     _rewrite_line(path, 4, " ".join(["0.1"] * 127))
     with pytest.raises(DataFormatError, match=rf"{path.name}:4: has 127 columns; expected 128"):
-        load_source("har", root=root)
+        HAR(root=root).load()
     _rewrite_line(path, 4, " ".join(["0.1"] * 127 + ["x"]))
     with pytest.raises(DataFormatError, match=rf"{path.name}:4: holds a value that is not a"):
-        load_source("har", root=root)
+        HAR(root=root).load()
 
 
 def test_har_label_out_of_range_and_line_count_mismatch(tmp_path):
@@ -221,16 +235,16 @@ def test_har_label_out_of_range_and_line_count_mismatch(tmp_path):
     labels = root / "UCI HAR Dataset" / "train" / "y_train.txt"
     _rewrite_line(labels, 2, "7")
     with pytest.raises(DataFormatError, match=r"y_train.txt:2: activity 7 is invalid; valid"):
-        load_source("har", root=root)
+        HAR(root=root).load()
     labels.write_text("1\n" * 5)
     with pytest.raises(DataFormatError, match=r"body_acc_x_train.txt: has 24 lines but"):
-        load_source("har", root=root)
+        HAR(root=root).load()
 
 
 # ===================================================================== Amazon Review
 def test_amazon_review_reads_the_distributed_sparse_layout(tmp_path):
     root = write_amazon(tmp_path, per_domain=5, features=30)
-    data = load_source("amazon_review", root=root)
+    data = AmazonReview(root=root).load()
     with np.load(root / "amazon.npz") as archive:
         dense = np.zeros(tuple(archive["xx_shape"]))
         dense[archive["xx_row"], archive["xx_col"]] = archive["xx_data"]
@@ -248,20 +262,21 @@ def test_amazon_review_missing_array_or_bad_offsets(tmp_path):
         arrays = {k: archive[k] for k in archive.files}
     np.savez(root / "amazon.npz", **{k: v for k, v in arrays.items() if k != "yy"})
     with pytest.raises(DataFormatError, match=r"amazon.npz \(array yy\): is missing"):
-        load_source("amazon_review", root=root)
+        AmazonReview(root=root).load()
     np.savez(root / "amazon.npz", **{**arrays, "offset": np.array([0, 5, 3, 40, 48])})
     with pytest.raises(DataFormatError, match=r"array offset\): is \[0, 5, 3, 40, 48\]"):
-        load_source("amazon_review", root=root)
+        AmazonReview(root=root).load()
 
 
 # ===================================================================== the data module
 def test_token_ids_go_through_the_data_module_unchanged(tmp_path, monkeypatch):
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     root = write_agnews(tmp_path / "ag")
-    data = FederatedDataModule(source="agnews", root=str(root), num_clients=3, beta=1.0,
-                               min_client_size=2, merge_test=True)
+    data = FederatedDataModule(source=AGNews(root=str(root)),
+                               partition=Dirichlet(beta=1.0, min_client_size=2),
+                               num_clients=3, merge_test=True)
     data.setup()
-    source = load_source("agnews", root=root)
+    source = AGNews(root=root).load()
     assert data.vocab_size == len(source.vocab) and data.input_shape == (MAX_TOKENS,)
     x, _ = data.client_train(0)
     assert x.dtype == torch.int64
@@ -270,19 +285,19 @@ def test_token_ids_go_through_the_data_module_unchanged(tmp_path, monkeypatch):
     assert record["size"] == len(source.vocab) and len(record["sha256"]) == 64
     data.save_partition(tmp_path)
     assert json.loads((tmp_path / "vocab.json").read_text()) == source.vocab
-    images = FederatedDataModule(source="digits", num_clients=2)
+    images = FederatedDataModule(source=Digits(), num_clients=2)
     assert images.vocab_size is None and images.vocabulary_record() is None
 
 
 def test_natural_partition_gives_one_client_per_role_and_subject(tmp_path):
-    leaf = FederatedDataModule(source="shakespeare", root=str(write_shakespeare(tmp_path / "s")),
-                               partition="natural", num_clients=4, merge_test=True,
-                               train_fraction=0.8)
+    leaf = FederatedDataModule(source=Shakespeare(root=str(write_shakespeare(tmp_path / "s"))),
+                               partition=Natural(), num_clients=4,
+                               merge_test=True, train_fraction=0.8)
     leaf.setup()
     assert [(len(s.train), len(s.test)) for s in leaf.splits] == [(8, 2)] * 4
-    har = FederatedDataModule(source="har", root=str(write_har(tmp_path / "h")),
-                              partition="natural", num_clients=5, merge_test=True,
-                              train_fraction=0.75)
+    har = FederatedDataModule(source=HAR(root=str(write_har(tmp_path / "h"))),
+                              partition=Natural(), num_clients=5,
+                              merge_test=True, train_fraction=0.75)
     har.setup()
     groups = np.concatenate([har.data.groups_train, har.data.groups_test])
     for client, split in enumerate(har.splits):
@@ -295,8 +310,8 @@ def test_dlg_refuses_inputs_that_are_not_images(tmp_path):
     with pytest.raises(ValueError, match=r"needs image inputs.*int64 inputs of shape \(80,\)"):
         check_image_inputs(tokens)
     check_image_inputs(torch.zeros(2, 1, 8, 8))
-    har = FederatedDataModule(source="har", root=str(write_har(tmp_path)), num_clients=2,
-                              partition="iid")
+    har = FederatedDataModule(source=HAR(root=str(write_har(tmp_path))), partition=IID(),
+                              num_clients=2)
     har.setup()
     with pytest.raises(ValueError, match=r"data source 'har' has float32 inputs of shape "
                                          r"\(9, 128\); remove DLGProbe") as caught:
@@ -313,16 +328,18 @@ def test_a_resumed_run_refuses_a_changed_vocabulary(tmp_path, monkeypatch, capsy
     monkeypatch.setattr("fedlight.federation.outputs.writer.plot_curves", lambda *args: None)
     monkeypatch.setattr("fedlight.data.datamodule.save_heatmap", lambda *args: None)
     args = ["fit", "-c", str(CONFIGS / "gpfl/paper/agnews_fasttext_dirichlet.yaml"),
-            "--data.download", "false", "--data.num_clients", "3", "--data.min_client_size", "2",
+            "--data.source.download", "false", "--data.num_clients", "3",
+            "--data.partition.min_client_size", "2",
             "--trainer.eval_every", "1", "--trainer.accelerator", "cpu", "--trainer.progress_bar",
             "false", "--trainer.logger", "csv", "--trainer.default_root_dir",
             str(tmp_path / "runs")]
-    main([*args, "--data.root", str(write_agnews(tmp_path / "ag")), "--trainer.rounds", "1"])
+    main([*args, "--data.source.root", str(write_agnews(tmp_path / "ag")), "--trainer.rounds", "1"])
     moved = write_agnews(tmp_path / "moved")  # the same files elsewhere (data.root may change)
     with open(moved / "test.csv", "a", newline="") as handle:  # but one more word
         csv.writer(handle, quoting=csv.QUOTE_ALL).writerow(["1", "Zebra", "zebra talks"])
     with pytest.raises(SystemExit):
-        main([*args, "--data.root", str(moved), "--trainer.rounds", "2", "--ckpt_path", "last"])
+        main([*args, "--data.source.root", str(moved), "--trainer.rounds", "2", "--ckpt_path",
+              "last"])
     error = capsys.readouterr().err.splitlines()[0]
     assert re.search(r"vocabulary\.sha256: '[0-9a-f]{64}' -> '[0-9a-f]{64}'", error), error
 
@@ -338,9 +355,10 @@ def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
     from fedlight.flower.settings import load_run
 
     config = str(CONFIGS / "gpfl/paper/agnews_fasttext_dirichlet.yaml")
-    overrides = ["--data.root", str(write_agnews(tmp_path / "ag")), "--data.download", "false",
-                 "--data.num_clients", "3", "--data.min_client_size", "2", "--trainer.rounds",
-                 "2", "--trainer.accelerator", "cpu", "--trainer.progress_bar", "false",
+    overrides = ["--data.source.root", str(write_agnews(tmp_path / "ag")),
+                 "--data.source.download", "false", "--data.num_clients", "3",
+                 "--data.partition.min_client_size", "2", "--trainer.rounds", "2",
+                 "--trainer.accelerator", "cpu", "--trainer.progress_bar", "false",
                  "--trainer.verbose", "false", "--trainer.logger", "csv",
                  "--trainer.default_root_dir", str(tmp_path / "runs")]
     trainer = FedlightCLI(args=["fit", "-c", config, *overrides]).trainer
@@ -359,12 +377,12 @@ def test_text_under_flower_gives_the_run_fit_gives(tmp_path, monkeypatch):
 def test_token_ids_survive_a_pfllib_folder_both_ways(tmp_path):
     """fedlight's text split exported in PFLlib's layout, and PFLlib's own text layout
     ((ids, length) pairs), read back as int64 ids."""
-    from fedlight.data.pfllib import export_pfllib
+    from fedlight.data.sources.pfllib import export_pfllib
 
-    data = FederatedDataModule(source="agnews", root=str(write_agnews(tmp_path / "ag")),
-                               num_clients=2, partition="iid", min_client_size=2)
+    data = FederatedDataModule(source=AGNews(root=str(write_agnews(tmp_path / "ag"))),
+                               partition=IID(), num_clients=2)
     folder = export_pfllib(data, tmp_path / "exported")
-    back = load_source("pfllib", root=folder)
+    back = PFLlib(root=folder).load()
     assert back.x_train.dtype == torch.int64
     assert torch.equal(back.x_train[:len(data.client_train(0)[0])], data.client_train(0)[0])
     pairs = np.empty((3, 2), dtype=object)
@@ -377,7 +395,7 @@ def test_token_ids_survive_a_pfllib_folder_both_ways(tmp_path):
                             data={"x": pairs, "y": np.array([0, 1, 0])})
     (tmp_path / "pfl" / "config.json").write_text(json.dumps({"num_clients": 1,
                                                               "num_classes": 2}))
-    text = load_source("pfllib", root=tmp_path / "pfl")
+    text = PFLlib(root=tmp_path / "pfl").load()
     assert text.x_train.dtype == torch.int64 and text.x_train[:3, 0].tolist() == [1, 2, 3]
 
 
@@ -385,8 +403,8 @@ def test_a_text_run_with_the_dlg_probe_stops_before_training_and_leaves_no_folde
     from fedlight.clients import CLIENTS
     from tests.conftest import tiny_trainer
 
-    data = FederatedDataModule(source="agnews", root=str(write_agnews(tmp_path / "ag")),
-                               num_clients=2, partition="iid", min_client_size=2)
+    data = FederatedDataModule(source=AGNews(root=str(write_agnews(tmp_path / "ag"))),
+                               partition=IID(), num_clients=2)
     data.setup()
     client = CLIENTS["FedAvg"](backbone="fasttext", num_classes=4, input_shape=data.input_shape,
                                vocab_size=data.vocab_size)

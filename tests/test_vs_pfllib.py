@@ -22,8 +22,9 @@ sys.modules["vs_pfllib"] = vs_pfllib  # dataclasses look their module up while i
 spec.loader.exec_module(vs_pfllib)
 
 CONFIG = {"model": {"class_path": "FedAvg", "init_args": {"backbone": "cnn", "lr": 0.005}},
-          "data": {"source": "synthetic", "num_clients": 3, "partition": "iid",
-                   "synthetic_samples": 90, "synthetic_shape": [1, 28, 28]},
+          "data": {"source": {"class_path": "Synthetic",
+                              "init_args": {"samples": 90, "shape": [1, 28, 28]}},
+                   "num_clients": 3, "partition": {"class_path": "IID"}},
           "trainer": {"rounds": 2, "batch_size": 10, "local_epochs": 1, "join_ratio": 1.0,
                       "eval_every": 1, "accelerator": "cpu"}}
 
@@ -53,7 +54,7 @@ def test_pfllib_flags_carry_the_resolved_fedlight_hyperparameters(tmp_path, labe
             given["-nc"], given["-ncl"], given["-eg"]) == ("6", "10", "0.005", "1", "1.0", "3",
                                                             "10", "1")
     assert expected.items() <= given.items()
-    assert resolved["data"]["source"] == "pfllib"
+    assert resolved["data"]["source"]["class_path"].endswith(".PFLlib")
 
 
 def test_best_accuracy_is_read_from_pfllib_output():
@@ -98,7 +99,7 @@ def test_set_changes_the_exported_split_and_names_its_own_folder(tmp_path, capsy
     export = next(line for line in out.splitlines() if "export-partition" in line).split()
     changed = yaml.safe_load(Path(export[-2]).read_text())
     assert changed["data"]["num_clients"] == 5 and changed["trainer"]["batch_size"] == 4
-    assert changed["data"]["synthetic_samples"] == 90  # the rest of the config is kept
+    assert changed["data"]["source"]["init_args"]["samples"] == 90  # the rest is kept
     assert Path(export[-1]).name.startswith("MNIST_fedlight_config_")
     # fedlight trains on the exported folder: the data change is not given to fit again
     assert "--trainer.batch_size=4" in out and "--data.num_clients" not in out

@@ -25,8 +25,8 @@ def offline_run(folder: Path) -> Path:
 def test_an_offline_run_carries_the_config_summary_and_rounds_of_the_run(tmp_path):
     runs = tmp_path / "runs"
     main(["fit", "--model", "FedAvg", "--model.init_args.backbone", "mlp", "--data.source",
-          "synthetic", "--data.num_clients", "3", "--data.synthetic_samples", "90",
-          "--data.synthetic_shape", "[1,4,4]", "--trainer.rounds", str(ROUNDS),
+          "Synthetic", "--data.num_clients", "3", "--data.source.samples", "90",
+          "--data.source.shape", "[1,4,4]", "--trainer.rounds", str(ROUNDS),
           "--trainer.progress_bar", "false", "--trainer.verbose", "false",
           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(runs),
           "--trainer.logger", "wandb", "--trainer.per_client_scores", "true",
@@ -38,7 +38,8 @@ def test_an_offline_run_carries_the_config_summary_and_rounds_of_the_run(tmp_pat
     # the full configuration, as the run's config.yaml holds it, and the labels beside it
     run_config = yaml.safe_load((folder / "config.yaml").read_text())
     assert {k: config[k] for k in run_config} == json.loads(json.dumps(run_config))
-    assert config["trainer"]["rounds"] == ROUNDS and config["data"]["source"] == "synthetic"
+    assert config["trainer"]["rounds"] == ROUNDS
+    assert config["data"]["source"]["class_path"].endswith(".Synthetic")
     assert (config["method"], config["setting"], config["seed"]) == ("FedAvg", "iid", 0)
 
     summary = json.loads((folder / "summary.json").read_text())
@@ -66,7 +67,7 @@ def test_an_offline_run_carries_the_config_summary_and_rounds_of_the_run(tmp_pat
 
 def test_a_sweeps_runs_are_grouped_by_sweep_and_labelled_by_method_setting_and_seed(
         tmp_path):
-    arguments = ("--model", "FedAvg", "--data.source", "synthetic", "--trainer.rounds", "1")
+    arguments = ("--model", "FedAvg", "--data.source", "Synthetic", "--trainer.rounds", "1")
     planned = plan_cell(Cell("FedAvg", "iid", (("model.init_args.lr", 0.1),), 2, arguments),
                         tmp_path, "my-sweep")
     trainer = planned.config["trainer"]

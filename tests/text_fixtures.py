@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlight.data.amazon_review import DOMAINS
-from fedlight.data.har import SIGNALS
-from fedlight.data.shakespeare import LEAF_LETTERS
+from fedlight.data.sources.amazon_review import DOMAINS
+from fedlight.data.sources.har import SIGNALS
+from fedlight.data.sources.shakespeare import LEAF_LETTERS
 
 _TOPICS = (
     ("talks", "minister", "election", "troops", "capital", "border"),
