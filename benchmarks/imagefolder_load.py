@@ -2,7 +2,7 @@
 the decode cache)?
 
 Each load runs in a fresh Python process, as two runs of a config would, and is timed from
-the ``load_source`` call to the standardized tensors (imports excluded). The cache goes to a
+the source's ``load()`` call to the standardized tensors (imports excluded). The cache goes to a
 fresh temporary folder (``$FEDLIGHT_CACHE``), removed at the end. Printed per load: wall
 seconds, this process's CPU seconds, and the machine's 1-minute load average before it.
 
@@ -20,9 +20,9 @@ import tempfile
 
 _ONE_LOAD = """
 import time
-from fedlight.data.sources import load_source
+from fedlight.data.sources.imagefolder import ImageFolder
 wall, cpu = time.perf_counter(), time.process_time()
-data = load_source("imagefolder", root={root!r})
+data = ImageFolder(root={root!r}).load()
 print(time.perf_counter() - wall, time.process_time() - cpu, len(data.y_train),
       len(data.y_test))
 """

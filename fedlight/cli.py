@@ -2,7 +2,7 @@
 
     fedlight fit -c configs/gpfl/mnist5k_pathological.yaml
     fedlight fit -c configs/fedavg/mnist5k_dirichlet.yaml --trainer.rounds 5
-    fedlight fit --model FedAvg --data.partition iid --print_config
+    fedlight fit --model FedAvg --data.partition IID --print_config
     fedlight test -c configs/fedavg/mnist5k_dirichlet.yaml      # evaluates the last run
     fedlight export-partition runs/<run> pfllib_folder/          # a split in PFLlib's layout
     fedlight report runs/* --out report/                         # tables and plots of runs

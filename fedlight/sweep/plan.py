@@ -24,13 +24,13 @@ CELL_TRAINER_OPTIONS: dict[str, Any] = {"progress_bar": False, "verbose": False,
 OUTPUT_KEYS = ("trainer.default_root_dir", "trainer.run_name", "trainer.logger",
                "trainer.wandb_project", "trainer.wandb_group", "trainer.wandb_labels",
                "trainer.checkpoint_every",
-               "data.root", "data.download", "ckpt_path",
+               "data.source.init_args.root", "data.source.init_args.download", "ckpt_path",
                *(f"trainer.{key}" for key in CELL_TRAINER_OPTIONS))
 #: Options added after sweeps were cached, at the value that computes what runs computed
 #: before the option existed: left out of the key at that value, so finished cells stay valid.
 NEUTRAL_DEFAULTS = {"trainer.batched_clients": "auto", "trainer.cuda_graphs": True,
-                    "data.balanced": True, "data.augment": None,
-                    "data.first_per_class": None, "data.surplus_train": "drop",
+                    "data.partition.init_args.balanced": True, "data.augment": None,
+                    "data.source.init_args.first_per_class": None,
                     "trainer.max_local_steps": None, "trainer.random_join_ratio": False,
                     "trainer.report_last": 10, "trainer.drop_last": False,
                     "trainer.callbacks": None}

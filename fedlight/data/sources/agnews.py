@@ -1,6 +1,6 @@
 """AG News (Zhang, Zhao and LeCun, NeurIPS 2015) read from its distributed CSV files.
 
-``data.root`` holds ``train.csv`` (120,000 rows) and ``test.csv`` (7,600 rows) of the
+``root`` holds ``train.csv`` (120,000 rows) and ``test.csv`` (7,600 rows) of the
 ``ag_news_csv`` distribution; ``download: true`` fetches them from :data:`URLS`. Each row is
 three quoted fields: the class index 1-4 (World, Sports, Business, Sci/Tech), the title and
 the description. A row with another number of fields, a class index outside 1-4 or broken
@@ -127,8 +127,9 @@ def _load(root: str | None, download: bool) -> SourceData:
     if download:
         download_files(NAME, URLS, folder)
     if not all((folder / f).is_file() for f in FILES):
-        raise missing_files(NAME, folder, FILES, "set `download: true` (data.download) to "
-                            "fetch them, or put the ag_news_csv files there")
+        raise missing_files(NAME, folder, FILES, "set `download: true` "
+                            "(data.source.init_args.download) to fetch them, or put the "
+                            "ag_news_csv files there")
     y_train, train_docs = read_csv(folder / FILES[0])
     y_test, test_docs = read_csv(folder / FILES[1])
     vocab = build_vocabulary([*train_docs, *test_docs])

@@ -13,12 +13,12 @@ label. Its arrays:
 * ``offset``: the five boundaries of the four domains' sample ranges, in the order books, dvd,
   electronics, kitchen.
 
-``data.root`` holds ``amazon.npz``; ``download: true`` fetches it from Google Drive
+``root`` holds ``amazon.npz``; ``download: true`` fetches it from Google Drive
 (torchvision's Drive downloader). As a source, as those loaders read it: ``x`` float32
 ``(N, 5000)``, the first :data:`FEATURES` features' counts (not rescaled); ``y`` 0
 (negative) or 1 (positive); ``domains_train`` the domain of each sample (``domain_names``
 books, dvd, electronics, kitchen). There is no separate test split: GPFL's feature-shift
-setting, one client per domain with its reviews split 75/25, is ``partition: domains`` with
+setting, one client per domain with its reviews split 75/25, is the ``Domains`` partition with
 ``num_clients: 4`` and ``train_fraction: 0.75``.
 
 A missing array, arrays of disagreeing lengths, indices outside ``xx_shape``, a label other
@@ -108,7 +108,8 @@ def _load(root: str | None, download: bool) -> SourceData:
                                 f"{DRIVE_ID}) into {str(folder)!r} ({err}); put {FILE} there "
                                 "yourself") from err
     if not (folder / FILE).is_file():
-        raise missing_files(NAME, folder, [FILE], "set `download: true` (data.download) to "
+        raise missing_files(NAME, folder, [FILE], "set `download: true` "
+                            "(data.source.init_args.download) to "
                             f"fetch it, or download Google Drive file {DRIVE_ID} (the file "
                             "PFLlib's generate_AmazonReview.py uses) there")
     x, y, domains = read_amazon(folder / FILE)

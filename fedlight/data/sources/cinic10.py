@@ -1,7 +1,7 @@
 """``cinic10``: CINIC-10 (CIFAR-10's 10 classes, 32 x 32 colour, from CIFAR-10 and ImageNet)
 in its official layout.
 
-``data.root`` is the folder the official archive
+``root`` is the folder the official archive
 (https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz, fetched with
 ``download: true``) unpacks into::
 
@@ -11,7 +11,7 @@ in its official layout.
 
 with the classes airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck
 (labels 0..9 in this order, CIFAR-10's). ``train`` is the train split and ``test`` the test
-split. ``data.first_per_class: [N, M]`` keeps the first N train and M test files of each class
+split. ``first_per_class: [N, M]`` keeps the first N train and M test files of each class
 in file-name order.
 """
 

@@ -17,7 +17,7 @@ domains, the same 10 digit classes, every image ``3 x 32 x 32``, one per Digits-
                        population at 8x8 resolution) upsampled to 32x32 (bilinear), as USPS
                        (16x16) is to MNIST.
  3     ``synth_like``  SynthDigits-like: printed digits rendered from the 21 digit fonts
-                       matplotlib ships (:mod:`fedlight.data.rendered`), 18-26 px high,
+                       matplotlib ships (:mod:`fedlight.data.sources.rendered`), 18-26 px high,
                        rotated up to 12 degrees, sheared, shifted, with a neighbouring digit
                        partly visible at each side half of the time, on a flat colour with a
                        linear shading, mild blur and noise.
@@ -46,7 +46,7 @@ train / test images, standardized per channel with the pooled train statistics (
 keeps its own mean and contrast), ``domains_train`` / ``domains_test`` the domain ids and
 ``domain_names`` the names above.
 
-Per-domain held-out accuracy with fedlight's data module: use ``partition: domains`` with
+Per-domain held-out accuracy with fedlight's data module: use the ``Domains`` partition with
 ``num_clients: 5`` (client ``i`` gets domain ``i``; a multiple of 5 splits each domain among
 several clients) and ``merge_test: true`` with ``train_fraction: 0.6``. Each domain's train
 and test images are then pooled and re-split at random (seeded by ``data.seed``) into 60 %
@@ -59,14 +59,14 @@ carved from its domain's train images by ``train_fraction``, and the source's ow
 (all domains) form the global test set on which a global model (FedAvg) is scored.
 
 ``digits5_torchvision`` reads the three Digits-Five members that torchvision provides (MNIST,
-SVHN, USPS; in that order as domains 0, 1, 2) from ``data.root``, downloading them only with
+SVHN, USPS; in that order as domains 0, 1, 2) from ``root``, downloading them only with
 ``download: true``. MNIST-M and SynthDigits are not in torchvision, so this source has three
 domains, not five. Per domain it samples ``TORCHVISION_TRAIN_PER_DOMAIN`` (1000, the paper's
 number) training images from the official train split and ``TORCHVISION_TEST_PER_DOMAIN`` (250)
 from the official test split; images become ``3 x 32 x 32`` as in the paper (grey replicated,
 MNIST 28 -> 32 and USPS 16 -> 32 bilinear). The paper scores on the *whole* official test sets;
 fedlight's data module re-splits pooled data into local test splits, so the sampled subsets
-are the closest that works with ``partition: domains``.
+are the closest that works with the ``Domains`` partition.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData, from_arrays
 from fedlight.data.sources.files import require_root
 from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.mnist5k import mnist5k_arrays
 from fedlight.data.sources.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
 
 __all__ = [
@@ -139,9 +140,7 @@ def _rgb(grey: Tensor) -> Tensor:
 @functools.lru_cache(maxsize=1)
 def _mnist32() -> tuple[Tensor, np.ndarray]:
     """MNIST-5k resized to ``(5000, 1, 32, 32)`` in [0, 1], and its labels (read once)."""
-    from fedlight.data.sources import _mnist5k_arrays
-
-    pixels, labels = _mnist5k_arrays()
+    pixels, labels = mnist5k_arrays()
     grey = torch.from_numpy(np.asarray(pixels, np.float32)).reshape(-1, 1, 28, 28) / 255
     return _resize(grey), np.asarray(labels, np.int64)
 
@@ -273,7 +272,8 @@ def _open_torchvision(name: str, root: str, train: bool, download: bool) -> tupl
             labels = dataset.targets
     except (RuntimeError, OSError) as err:
         hint = ("without network access put the files there yourself" if download else
-                "set `download: true` (data.download) to fetch it, or put the files there")
+                "set `download: true` (data.source.init_args.download) to fetch it, or put "
+                "the files there")
         raise MissingFileError(
             f"digits5_torchvision: torchvision's {name.upper()} ({'train' if train else 'test'}"
             f" split) could not be read from {root}: {err}; {hint}"

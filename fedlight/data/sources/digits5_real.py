@@ -1,7 +1,7 @@
 """``digits5_real``: the real Digits-Five (MNIST, SVHN, USPS, SynthDigits, MNIST-M), one
 domain per client, in the layout FedBN's data loaders read.
 
-``data.root`` is FedBN's ``data`` folder, as FedBN's ``utils/data_preprocess.py`` writes it
+``root`` is FedBN's ``data`` folder, as FedBN's ``utils/data_preprocess.py`` writes it
 (it downloads the five datasets and splits each 80 / 20, stratified; FedBN's own loader is
 ``DigitsDataset`` in ``utils/data_utils.py``, https://github.com/med-air/FedBN)::
 

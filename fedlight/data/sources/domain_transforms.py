@@ -31,10 +31,9 @@ and contrast, as in the other cross-domain sources):
 
 Every transformation is deterministic. A name may repeat (two domains left as they are, say).
 
-Why an option of the data module rather than a source wrapping another: a source is one name
-loaded from a ``SourceRequest``, which has no place for another source's name and options;
-as an option it composes with every image source and its own options (``root``,
-``image_size``, ``download``) unchanged. It needs images whose pixels were in ``[0, 1]``
+Why an option of every image source (``ImageSource``) rather than a source wrapping another:
+it composes with every image source and its own options (``root``, ``image_size``,
+``download``) unchanged. It needs images whose pixels were in ``[0, 1]``
 (``SourceData.pixel_standardization``); other inputs (synthetic features, token ids, sensor
 signals) and sources that already have domains are refused with a one-line error.
 """

@@ -7,7 +7,7 @@ wine_glass, zebra (labels 0..9 in this order): the list in FedBN's DomainNet pre
 (https://github.com/TsinghuaFL/PFLlib); FedPick's paper calls them "10 commonly used classes"
 and follows FedBN's setting.
 
-``data.root`` holds the official download (http://ai.bu.edu/M3SDA/: one zip per domain and
+``root`` holds the official download (http://ai.bu.edu/M3SDA/: one zip per domain and
 the split files)::
 
     <domain>/<class>/*.jpg                 for clipart infograph painting quickdraw real sketch

@@ -3,7 +3,7 @@ grouped by writer) in the JSON files LEAF's scripts write.
 
 Get it with LEAF (https://github.com/TalwalkarLab/leaf, ``data/femnist``:
 ``./preprocess.sh -s niid --sf 1.0 -k 0 -t sample`` for every writer and a per-writer
-train/test split). ``data.root`` is LEAF's ``data/femnist/data`` folder (or ``data/femnist``)
+train/test split). ``root`` is LEAF's ``data/femnist/data`` folder (or ``data/femnist``)
 with::
 
     train/*.json and test/*.json    LEAF's per-writer split (``-t sample``), or
@@ -11,13 +11,13 @@ with::
 
 Each file is ``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [[784
 floats in 0..1], ...], "y": [class ids 0..61]}}}``. Every sample keeps its writer
-(``groups_train`` / ``groups_test``, ``group_names``), so ``partition: natural`` gives one
+(``groups_train`` / ``groups_test``, ``group_names``), so the ``Natural`` partition gives one
 client per writer; ``num_clients`` below the number of writers samples them. The papers'
 protocol (80 % / 20 % of each writer's samples for local train / test, the union of the local
 tests as the global test set) is ``merge_test: true`` with ``train_fraction: 0.8``.
 
 LEAF stores pixels as ``byte / 255``: the parsed files are cached as bytes under the user cache
-folder (``fedlight.data.images``), so only the first load parses the JSON.
+folder (``fedlight.data.sources.cache``), so only the first load parses the JSON.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """UCI Human Activity Recognition Using Smartphones (Anguita et al., ESANN 2013), read from
 the ``UCI HAR Dataset`` folder as distributed.
 
-``data.root`` is the ``UCI HAR Dataset`` folder, or a folder containing it; ``download: true``
+``root`` is the ``UCI HAR Dataset`` folder, or a folder containing it; ``download: true``
 fetches and unpacks :data:`URL` into ``root``. Read per split (``train``, ``test``):
 
 * ``<split>/Inertial Signals/<signal>_<split>.txt`` for the nine signals of
@@ -16,7 +16,7 @@ as distributed (the signals are in g and rad/s; GPFL's and PFLlib's experiments 
 rescale them either); ``y`` the activity 0-5; ``groups_train`` / ``groups_test`` number the
 subjects present 0, 1, ... (all 30 in the real data; ``group_names`` ``"1"``..``"30"``).
 The dataset's own split is by subject (21 train, 9 test); GPFL's setting, one client per
-subject with that subject's windows split 75/25, is ``partition: natural`` with
+subject with that subject's windows split 75/25, is the ``Natural`` partition with
 ``merge_test: true`` and ``train_fraction: 0.75``.
 
 A file with a line of another number of columns, a value that is not a number, labels
@@ -97,8 +97,8 @@ def read_split(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray, np.nda
     expected = [*files, labels_file, subjects_file]
     if not all(f.is_file() for f in expected):
         raise missing_files(NAME, folder, [str(f.relative_to(folder)) for f in expected],
-                            "set `download: true` (data.download) to fetch the UCI HAR "
-                            f"Dataset, or unpack it from {URL}")
+                            "set `download: true` (data.source.init_args.download) to fetch "
+                            f"the UCI HAR Dataset, or unpack it from {URL}")
     signals = [read_table(f, WINDOW) for f in files]
     labels = _read_ids(labels_file, 1, len(ACTIVITIES), "activity")
     subjects = _read_ids(subjects_file, 1, SUBJECTS, "subject")

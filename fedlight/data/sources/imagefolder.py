@@ -5,10 +5,10 @@ datasets come).
 Classes are the sorted names of the train class folders (as ``ImageFolder``): label ``i`` is
 the ``i``-th name, and the test folder's classes must be among them. ``root/test`` is optional
 (without it the data module carves the local test splits from the train images). Images are
-grey (one channel) when every file is, colour otherwise; ``data.image_size`` resizes them to a
-square, and ``data.first_per_class: [N, M]`` keeps the first N train and M test files of each
-class in file-name order. Decoded images are cached (see ``fedlight.data.images``): the second
-load of the 60,000 CIFAR-10 PNGs takes about a second.
+grey (one channel) when every file is, colour otherwise; ``image_size`` resizes them to a
+square, and ``first_per_class: [N, M]`` keeps the first N train and M test files of each
+class in file-name order. Decoded images are cached (see ``fedlight.data.sources.images``):
+the second load of the 60,000 CIFAR-10 PNGs takes about a second.
 """
 
 from __future__ import annotations

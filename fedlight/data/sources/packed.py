@@ -1,19 +1,19 @@
 """``packed``: a dataset packed into one file of uint8 images (``benchmarks/pack_data.py``
 writes them), for machines that receive the project but not the image folders.
 
-``data.root`` is the file, e.g. ``gpu_data/cifar10_500_100.pt``: a ``torch.save`` dictionary
+``root`` is the file, e.g. ``gpu_data/cifar10_500_100.pt``: a ``torch.save`` dictionary
 (compressed with xz when the name ends in ``.xz``) holding
 
 - ``x_train`` uint8 ``(N, C, H, W)`` and ``y_train`` int64 ``(N,)``; optionally ``x_test``
   and ``y_test``, the source's own test split;
 - ``classes``: the class names, label ``i`` being the ``i``-th;
 - optionally ``domains_train`` / ``domains_test`` (int64 domain id per image) and
-  ``domain_names``, for ``partition: domains``;
+  ``domain_names``, for the ``Domains`` partition;
 - ``packed_from``: what was packed and how (a description, not read).
 
 The images are standardized as every image source's are (the train split's per-channel mean
 and std), so a packed subset of a folder gives the same tensors as the folder source with the
-same selection (``data.first_per_class``, ``data.image_size``).
+same selection (``first_per_class``, ``image_size``).
 """
 
 from __future__ import annotations

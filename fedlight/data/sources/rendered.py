@@ -1,5 +1,5 @@
 """Printed digits rendered offline from the fonts matplotlib ships: the SynthDigits-like and
-SVHN-like domains of the ``digits5`` stand-in (:mod:`fedlight.data.crossdomain`).
+SVHN-like domains of the ``digits5`` stand-in (:mod:`fedlight.data.sources.crossdomain`).
 
 Glyphs come from the 21 fonts of ``matplotlib/mpl-data/fonts/ttf`` that have digits (DejaVu
 Sans / Sans Mono / Serif and STIXGeneral in four weights each, Computer Modern roman, bold,

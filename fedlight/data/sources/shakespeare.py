@@ -6,7 +6,7 @@ writes JSON files. Run, in a clone of https://github.com/TalwalkarLab/leaf::
     cd data/shakespeare && ./preprocess.sh -s niid --sf 1.0 -k 0 -t sample -tf 0.8
 
 (all 1,129 roles, each role's samples split 80/20 into train and test), then set
-``data.root`` to ``data/shakespeare/data``, the folder holding ``train/*.json`` and
+``root`` to ``data/shakespeare/data``, the folder holding ``train/*.json`` and
 ``test/*.json``. Every JSON file has LEAF's layout: ``users`` (role names), ``num_samples``
 (per user), ``user_data`` (per user ``x``: strings of 80 characters, ``y``: the next
 character), optionally ``hierarchies``.
@@ -15,7 +15,7 @@ As a source: ``x`` is int64 ``(N, 80)``, character ``c`` coded as ``1 + LEAF_LET
 so that 0 stays the padding id (unused here: every input has 80 characters) and the
 vocabulary is ``["<pad>", *LEAF_LETTERS]`` (81 entries); ``y`` is the next character's index
 in :data:`LEAF_LETTERS` (80 classes). ``groups_train`` / ``groups_test`` are role ids over the
-roles of both splits (sorted by name, ``group_names``), for ``partition: natural``. The
+roles of both splits (sorted by name, ``group_names``), for the ``Natural`` partition. The
 papers' protocol pools each role's train and test samples and splits them 80/20 again:
 ``merge_test: true`` with ``train_fraction: 0.8``.
 
@@ -46,8 +46,8 @@ SEQUENCE_LENGTH = 80
 PAD = "<pad>"
 HOW = ("LEAF ships no data files; run its preprocessing (in a clone of "
        "https://github.com/TalwalkarLab/leaf: cd data/shakespeare && ./preprocess.sh -s niid "
-       "--sf 1.0 -k 0 -t sample -tf 0.8) and set data.root to data/shakespeare/data, which "
-       "holds train/*.json and test/*.json")
+       "--sf 1.0 -k 0 -t sample -tf 0.8) and set root (data.source.init_args.root) to "
+       "data/shakespeare/data, which holds train/*.json and test/*.json")
 _INPUT_CODE = np.zeros(max(map(ord, LEAF_LETTERS)) + 1, dtype=np.int64)  # code point -> id
 _INPUT_CODE[[ord(c) for c in LEAF_LETTERS]] = np.arange(1, len(LEAF_LETTERS) + 1)
 

@@ -34,15 +34,15 @@ def _class_means(rng: np.random.Generator, classes: int, shape: tuple[int, ...])
 @functools.lru_cache(maxsize=8)
 def _load_synthetic(seed: int, samples: int, shape: tuple[int, ...], classes: int) -> SourceData:
     if classes < 2:
-        raise ConfigError(f"synthetic_classes={classes} is invalid; need at least 2 classes")
+        raise ConfigError(f"classes={classes} is invalid; need at least 2 classes")
     if samples < classes:
         raise ConfigError(
-            f"synthetic_samples={samples} is smaller than synthetic_classes={classes}; "
+            f"samples={samples} is smaller than classes={classes}; "
             "need at least one sample per class"
         )
     if not shape or any(int(s) < 1 for s in shape):
         raise ConfigError(
-            f"synthetic_shape={shape} is invalid; give positive sizes, e.g. (1, 28, 28) or (20,)"
+            f"shape={shape} is invalid; give positive sizes, e.g. (1, 28, 28) or (20,)"
         )
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(samples) % classes)  # balanced: counts differ by <= 1

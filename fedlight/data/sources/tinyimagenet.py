@@ -1,6 +1,6 @@
 """``tinyimagenet``: Tiny-ImageNet (200 classes, 64 x 64 colour) in its official layout.
 
-``data.root`` is the folder ``tiny-imagenet-200`` unpacked from the official archive
+``root`` is the folder ``tiny-imagenet-200`` unpacked from the official archive
 (http://cs231n.stanford.edu/tiny-imagenet-200.zip, fetched there with ``download: true``), or
 the folder holding it::
 

@@ -35,7 +35,8 @@ NAMED = {"last": LAST, "best": BEST}
 #: its evaluated row and checkpoint. data.root and data.download say where the same data is;
 #: data.batch_size only sizes the plain-Lightning views of a client (training uses
 #: trainer.batch_size).
-RESUMABLE_CHANGES = ("trainer.rounds", "data.root", "data.download", "data.batch_size")
+RESUMABLE_CHANGES = ("trainer.rounds", "data.source.init_args.root",
+                     "data.source.init_args.download", "data.batch_size")
 
 
 def find_checkpoint(ckpt_path: str, root: Path, run_name: str) -> Path:
