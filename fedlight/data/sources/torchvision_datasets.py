@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,6 @@ from fedlight.data.sources.base import SourceData, from_arrays
 from fedlight.data.sources.image_source import ImageSource
 
 __all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "MNIST", "TorchvisionSource"]
-
-
-# name -> (torchvision.datasets class name, number of classes)
-_TORCHVISION: dict[str, tuple[str, int]] = {
-    "mnist": ("MNIST", 10),
-    "fmnist": ("FashionMNIST", 10),
-    "cifar10": ("CIFAR10", 10),
-    "cifar100": ("CIFAR100", 100),
-}
 
 
 def _images_to_tensor(data: object) -> torch.Tensor:
@@ -68,10 +60,10 @@ def _missing_message(name: str, dataset_cls: type, root: str) -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_torchvision(name: str, root: str, download: bool) -> SourceData:
+def _load_torchvision(name: str, class_name: str, num_classes: int, root: str,
+                      download: bool) -> SourceData:
     import torchvision.datasets
 
-    class_name, num_classes = _TORCHVISION[name]
     dataset_cls = getattr(torchvision.datasets, class_name)
     if not download and not os.path.isdir(_expected_folder(dataset_cls, root)):
         raise MissingFileError(_missing_message(name, dataset_cls, root))
@@ -114,28 +106,38 @@ class TorchvisionSource(ImageSource):
                 "the files into it)"
             )
         root = str(Path(self.root).expanduser().resolve())
-        return _load_torchvision(self.name, root, bool(self.download))
+        class_name, num_classes = self.dataset
+        return _load_torchvision(self.name, class_name, num_classes, root, bool(self.download))
+
+    @property
+    @abstractmethod
+    def dataset(self) -> tuple[str, int]:
+        """The torchvision.datasets class name and the number of classes."""
 
 
 class MNIST(TorchvisionSource):
     """torchvision's MNIST (60,000 + 10,000 digits, 1 x 28 x 28), read from root."""
 
     name = "mnist"
+    dataset = ("MNIST", 10)
 
 
 class FashionMNIST(TorchvisionSource):
     """torchvision's FashionMNIST (60,000 + 10,000 clothes, 1 x 28 x 28), read from root."""
 
     name = "fmnist"
+    dataset = ("FashionMNIST", 10)
 
 
 class CIFAR10(TorchvisionSource):
     """torchvision's CIFAR-10 (50,000 + 10,000 images, 3 x 32 x 32), read from root."""
 
     name = "cifar10"
+    dataset = ("CIFAR10", 10)
 
 
 class CIFAR100(TorchvisionSource):
     """torchvision's CIFAR-100 (50,000 + 10,000 images, 100 classes), read from root."""
 
     name = "cifar100"
+    dataset = ("CIFAR100", 100)
