@@ -266,7 +266,7 @@ def test_a_typo_in_a_yaml_file_names_the_file(tmp_path, capsys, monkeypatch):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert str(typo) in err and "'data.bta'" in err and "did you mean 'data.beta'?" in err
+    assert str(typo) in err and "'data.sed'" in err and "did you mean 'data.seed'?" in err
 
 
 @pytest.mark.parametrize("option, value", [

@@ -278,11 +278,9 @@ SWEEPS = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps").
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_shipped_sweep_files_expand_and_resolve(tmp_path, path):
     """Every benchmark sweep file expands, and its first and last run resolve as fit configs
-    (the real-image files with mnist5k in place of their image folder)."""
+    (resolving reads no data: an image folder that is not there is fine)."""
     spec = yaml.safe_load(path.read_text())
-    source = (spec["overrides"].get("data", {}).get("source") or {}).get("class_path")
-    given = ['data.source={"class_path": "MNIST5k"}'] if source == "ImageFolder" else None
-    sweep = load_sweep(path, options(set=given))
+    sweep = load_sweep(path, options())
     # a table has several cells; a search file one study (its trials are drawn as it runs)
     assert sweep.name == path.stem and len(sweep.cells) >= (1 if "search" in spec else 3)
     sweep.cells = list(dict.fromkeys([sweep.cells[0], sweep.cells[-1]]))
