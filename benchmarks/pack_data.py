@@ -12,7 +12,7 @@ configs and sweep files run there:
 Folders in ``root/train/<class>/*`` + ``root/test/<class>/*`` (cifar10, cifar100, any
 imagefolder) keep the first N train and M test files of each class in file-name order
 (``data.first_per_class: [N, M]`` selects the same from the folder); Office-Caltech-10 keeps
-its four domains (``partition: domains``) and needs ``--image-size``. The file is named after
+its four domains (the ``Domains`` partition) and needs ``--image-size``. The file is named after
 what it holds (``cifar10_500_100.pt``, ``office_caltech10_64px.pt``); ``.xz`` compresses it
 (CIFAR pixels to about 74 %). Printed: the file, its size, the image counts and the SHA-256 of
 its pixels (the same on every machine).
