@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
 
-from fedlight.analysis.interpolation import read_run
+from fedlight.analysis.runs import load_finished_run
 from fedlight.clients.privatize import Privatize
 
 COLUMNS = {"global": "shared model B(A(x)) %", "probe": "linear probe on A(x) %",
@@ -57,14 +56,11 @@ def _accuracy(logits: Tensor, labels: Tensor) -> float:
 @torch.no_grad()
 def diagnose(run_dir: Path) -> dict[str, float] | None:
     """The diagnosis of one run's final state; None for a way without a complete shared model."""
-    client, data = read_run(run_dir)
+    run = load_finished_run(run_dir)
+    client, data = run.model, run.datamodule
     if not isinstance(client, Privatize) or not {"A", "B"} <= set(getattr(client, "way", "")):
         return None
-    client.eval()
-    data.setup()
-    state = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu",
-                       weights_only=False)
-    client.load_state_dict({**state["server"]["global_state"], **state["initial_private"]})
+    run.runtime.load_global(run.global_state).eval()
     x_test, y_test = data.global_test()
     train = [data.client_train(i) for i in range(data.num_clients)]
     x_train, y_train = torch.cat([t[0] for t in train]), torch.cat([t[1] for t in train])
@@ -79,8 +75,7 @@ def diagnose(run_dir: Path) -> dict[str, float] | None:
         return result
     privates, ratios, cosines = [], [], []
     for client_id in range(data.num_clients):
-        private_state = state["client_states"].get(client_id, state["initial_private"])
-        client.load_state_dict({**state["server"]["global_state"], **private_state})
+        run.load_client(client_id)
         private_test = client.private["a"](x_test)
         privates.append(private_test)
         ratios.append((private_test.norm(dim=1) / shared_test.norm(dim=1)).mean().item())
@@ -112,8 +107,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (Privatize / Auto*)")
     args = parser.parse_args(argv)
-    # read_run builds each run through the fit parser, which notes this script's own argv
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     diagnoses: dict[str, list[dict[str, float]]] = defaultdict(list)
     coefs: list[str] = []
     for run_dir in args.runs:

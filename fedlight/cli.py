@@ -177,7 +177,7 @@ def export_partition(argv: list[str]) -> None:
 
 def report(argv: list[str]) -> None:
     """``fedlight report RUN_DIR... --out DIR``: tables and plots from run folders."""
-    from fedlight.report import main as report_main
+    from fedlight.analysis.report import main as report_main
 
     report_main(argv)
 

@@ -65,10 +65,10 @@ def dump_config(parser: LightningArgumentParser, config: Namespace) -> str:
 
 
 @dataclass
-class RunConfig:
-    """A config read by read_config: the client module, the data module, the trainer (with its
-    run_config set to the resolved YAML), the server: section (None: the method's own rule)
-    and the ckpt_path option (None: a fresh run)."""
+class InstantiatedConfig:
+    """The objects a config instantiates (instantiate_run, read_config): the client module,
+    the data module, the trainer (with its run_config set to the resolved YAML), the server:
+    section (None: the method's own rule) and the ckpt_path option (None: a fresh run)."""
 
     model: FederatedClient
     datamodule: FederatedDataModule
@@ -81,7 +81,7 @@ class RunConfig:
         return type(self.model).__name__
 
 
-def instantiate_run(parser: LightningArgumentParser, config: Namespace) -> RunConfig:
+def instantiate_run(parser: LightningArgumentParser, config: Namespace) -> InstantiatedConfig:
     """Build the run a parsed config describes, the one way every command does (fit, validate
     and test through the CLI, sweeps, the Flower apps, analyses): the global RNG seeded by
     trainer.seed (the model's initialization), every class instantiated, the trainer told its
@@ -103,12 +103,12 @@ def instantiate_run(parser: LightningArgumentParser, config: Namespace) -> RunCo
     if not isinstance(trainer, FederatedTrainer):
         trainer = FederatedTrainer(**trainer)
     trainer.run_config = dump_config(parser, config)
-    return RunConfig(built.model, built.data, trainer, built.get("server"),
+    return InstantiatedConfig(built.model, built.data, trainer, built.get("server"),
                      built.get("ckpt_path"))
 
 
 def read_config(path: str | Path, overrides: Sequence[str] = (),
-                one_process: bool = False) -> RunConfig:
+                one_process: bool = False) -> InstantiatedConfig:
     """Build the run of fedlight fit -c path [overrides]; ``one_process`` reads
     ``trainer.devices: auto`` as 1 (a Flower app is one process; an explicit count is kept,
     for the Flower engine to refuse).
@@ -123,5 +123,5 @@ def read_config(path: str | Path, overrides: Sequence[str] = (),
     return instantiate_run(parser, config)
 
 
-__all__ = ["RunConfig", "add_run_arguments", "dump_config", "instantiate_run", "read_config",
-           "run_parser"]
+__all__ = ["InstantiatedConfig", "add_run_arguments", "dump_config", "instantiate_run",
+           "read_config", "run_parser"]

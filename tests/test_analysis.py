@@ -133,6 +133,26 @@ def test_a_saved_runs_trainer_options_are_those_it_recorded(runs):
     assert options.local_options["optimizer_state"] == config["optimizer_state"]
 
 
+@pytest.mark.parametrize(("name", "options"), [
+    ("tsne", {"samples_per_client": 20, "perplexity": 5}), ("fisher-knn", {"ratios": (1.0,)}),
+    ("selection", {}), ("sparsity", {})])
+def test_an_analysis_sets_the_clients_up_and_copies_their_data_once(runs, tmp_path,
+                                                                     monkeypatch, name, options):
+    # the per-client loops load, score and train every client: a client side rebuilt per
+    # call would set the module up and copy every client's data once per client
+    import fedlight.analysis.runs as finished
+    from fedlight.federation import runtime
+
+    builds, populations = [], []
+    build, population = finished.ClientRuntime, runtime.Population
+    monkeypatch.setattr(finished, "ClientRuntime",
+                        lambda *a, **k: builds.append(1) or build(*a, **k))
+    monkeypatch.setattr(runtime, "Population",
+                        lambda *a, **k: populations.append(1) or population(*a, **k))
+    analyze(name, runs["fedpick"], tmp_path, **options)
+    assert (len(builds), len(populations)) == (1, 1)
+
+
 def test_tsne_embeds_the_personalized_and_the_global_model(runs, tmp_path):
     paths = analyze("tsne", runs["fedavg"], tmp_path, samples_per_client=30, perplexity=10)
     assert [p.name for p in paths] == ["tsne.csv", "tsne.png"]
@@ -368,11 +388,11 @@ def test_analyze_pdf_writes_a_vector_figure_beside_the_png_without_paper_figure_
 def test_figures_name_clients_by_their_domain_where_the_data_names_them():
     from types import SimpleNamespace
 
-    from fedlight.analysis.runs import FinishedRun
+    from fedlight.analysis.runs import RestoredRun
     from fedlight.analysis.sparsity import series_label
 
     domains = SimpleNamespace(num_clients=3, client_names=lambda: ["mnist", "svhn", None])
-    run = FinishedRun(None, None, domains, {}, None)
+    run = RestoredRun(None, None, domains, {}, None)
     assert run.client_labels == ["mnist", "svhn", "2"]
     assert series_label("feature_sparsity/client_1", run.client_labels) == "svhn"
     assert series_label("feature_sparsity/client_2", run.client_labels) == "client 2"

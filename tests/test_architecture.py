@@ -27,7 +27,7 @@ LAYER_NAMES = (
     ("errors",),
     ("config",),
     ("flower",),
-    ("analysis", "report"),
+    ("analysis",),
     ("sweep",),
     ("cli",),
     ("console",),

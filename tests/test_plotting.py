@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
+from fedlight.analysis.report import RunRecord, plot_curves
 from fedlight.core.errors import ConfigError
 from fedlight.data.stats import save_heatmap
 from fedlight.plotting import (
@@ -17,7 +18,6 @@ from fedlight.plotting import (
     legend_outside,
     save_figure,
 )
-from fedlight.report import Run, plot_curves
 
 
 @pytest.fixture
@@ -73,10 +73,10 @@ def test_a_legend_outside_lies_right_of_the_panel(tmp_path, drawn):
     assert legend.x0 >= ax.get_window_extent(renderer).x1
 
 
-def run_of(seed: int, accuracies: list[float]) -> Run:
+def run_of(seed: int, accuracies: list[float]) -> RunRecord:
     history = [{"round": float(r + 1), "personalized_accuracy": a}
                for r, a in enumerate(accuracies)]
-    return Run(Path(f"run{seed}"), "FedAvg", "digits/iid", seed, {"rounds": len(accuracies)},
+    return RunRecord(Path(f"run{seed}"), "FedAvg", "digits/iid", seed, {"rounds": len(accuracies)},
                history)
 
 
@@ -119,7 +119,7 @@ def test_points_of_up_to_20_categories_get_a_legend_and_more_a_colour_bar(tmp_pa
 
 
 def test_curve_labels_keep_what_differs_and_title_what_all_share():
-    from fedlight.report import curve_labels
+    from fedlight.analysis.report import curve_labels
 
     keys = [("FedAvg", "digits/iid", "5 rounds"), ("GPFL", "digits/iid", "5 rounds")]
     assert curve_labels(keys) == ({keys[0]: "FedAvg", keys[1]: "GPFL"},

@@ -1,5 +1,6 @@
 import csv
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedlight.analysis.interpolation import grid_values, interpolation_grid
+from fedlight.analysis.runs import load_finished_run
 from fedlight.clients import AutoCS, AutoHS, AutoSA, FedAvg, Local, Privatize
 from fedlight.clients.privatize import (
     all_ways,
@@ -243,8 +245,8 @@ def test_all_shared_is_fedavg_and_all_private_is_local(tmp_path, way, reference)
 # ===================================================================== interpolation
 def test_interpolation_corners_are_the_shared_and_the_private_model(aabb_run):
     _, data, run_dir = aabb_run
-    rows = interpolation_grid(make(way="AaBb"), data, run_dir / "checkpoints/last.ckpt",
-                              step=0.5, batch_size=2)  # 15 test samples: 7 batches of 2 + 1
+    rows = interpolation_grid(load_finished_run(run_dir), step=0.5,
+                              batch_size=2)  # 15 test samples: 7 batches of 2 + 1
     assert [(r["alpha"], r["beta"]) for r in rows][:3] == [(0.0, 0.0), (0.0, 0.5), (0.0, 1.0)]
     table = {(r["alpha"], r["beta"]): r["accuracy"] for r in rows}
     last = read_metrics(run_dir)[-1]
@@ -267,9 +269,9 @@ def test_interpolation_corners_are_the_shared_and_the_private_model(aabb_run):
     assert table[(1.0, 1.0)] == correct[0] / total and table[(0.0, 0.0)] == correct[1] / total
 
 
-def test_interpolation_refuses_other_models_and_bad_steps(tmp_path):
+def test_interpolation_refuses_other_models_and_bad_steps():
     with pytest.raises(ValueError, match="two-branch model.*'ABb'"):
-        interpolation_grid(make(way="ABb"), tiny_data(), tmp_path / "none.ckpt")
+        interpolation_grid(SimpleNamespace(model=make(way="ABb")))
     with pytest.raises(ValueError, match="divide 1.*0.3"):
         grid_values(0.3)
     assert grid_values(0.1) == [i / 10 for i in range(11)]
@@ -346,8 +348,7 @@ def test_interpolation_off_diagonal_corners_mix_encoder_and_classifier(aabb_run)
     # alpha weights the encoders, beta the classifiers: (1, 0) is E_s with C_p, (0, 1) E_p
     # with C_s, so a transposed grid swaps these two cells.
     _, data, run_dir = aabb_run
-    rows = interpolation_grid(make(way="AaBb"), data, run_dir / "checkpoints/last.ckpt",
-                              step=1.0)
+    rows = interpolation_grid(load_finished_run(run_dir), step=1.0)
     table = {(r["alpha"], r["beta"]): r["accuracy"] for r in rows}
     model = make(way="AaBb").eval()
     checkpoint = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)

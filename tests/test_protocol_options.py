@@ -10,9 +10,9 @@ import statistics
 
 import pytest
 import torch
-from fedlight.report import read_run, results_table
 from lightning.fabric import Fabric
 
+from fedlight.analysis.report import read_run, results_table
 from fedlight.clients import FedAvg, FedRep
 from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
@@ -140,7 +140,7 @@ def test_max_local_steps_caps_the_steps_across_phases(cap, expected):
     client = make_client(Counting)
     data = batches()
     loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=cap)
-    result = loop.fit(client, lambda: iter(data), [Phase("a", 1), Phase("b", 2)])
+    result = loop.fit(client, lambda: iter(data), [Phase("a", 1), Phase("b", 2)], 1)
     assert client.steps == expected and result.steps == sum(expected.values())
 
 
@@ -148,7 +148,7 @@ def test_a_phase_limit_still_applies_under_the_cap():
     client = make_client(Counting)
     data = batches()
     loop = TrainingLoop(Fabric(accelerator="cpu", devices=1), batch_size=8, max_local_steps=8)
-    loop.fit(client, lambda: iter(data), [Phase("a", 2, max_steps=4), Phase("b", 2)])
+    loop.fit(client, lambda: iter(data), [Phase("a", 2, max_steps=4), Phase("b", 2)], 1)
     assert client.steps == {"a": 4, "b": 4}
 
 
@@ -362,9 +362,9 @@ def test_a_report_of_runs_with_other_windows_names_both():
 def read_run_stub(window):
     from pathlib import Path
 
-    from fedlight.report import Run
+    from fedlight.analysis.report import RunRecord
 
     summary = {"mean_last_personalized_accuracy": 0.5, "rounds": 2}
     if window is not None:
         summary["report_last"] = window
-    return Run(Path("x"), "FedAvg", "s", 0, summary, [])
+    return RunRecord(Path("x"), "FedAvg", "s", 0, summary, [])

@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from fedlight.analysis.report import (
+    RunRecord,
+    group_statistics,
+    read_run,
+    results_table,
+    write_report,
+)
 from fedlight.cli import main
 from fedlight.clients import FedAvg, Local
-from fedlight.report import Run, group_statistics, read_run, results_table, write_report
 from tests.conftest import tiny_data, tiny_trainer
 
 
@@ -170,7 +176,7 @@ def made_run(seed, best, best_global=None, method="FedAvg"):
     summary = {"rounds": 2, "best_personalized_accuracy": best,
                "best_global_accuracy": best_global}
     history = [{"round": 2.0, "personalized_accuracy": best}]
-    return Run(Path(f"{method}-{seed}"), method, "synthetic/iid", seed, summary, history)
+    return RunRecord(Path(f"{method}-{seed}"), method, "synthetic/iid", seed, summary, history)
 
 
 def test_tables_show_the_sample_std_over_seeds_and_say_so(tmp_path):
@@ -187,7 +193,7 @@ def test_tables_show_the_sample_std_over_seeds_and_say_so(tmp_path):
         run.path = tmp_path / run.path
         run.path.mkdir()
         (run.path / "summary.json").write_text("{}")
-    from fedlight.report import write_report_of_runs
+    from fedlight.analysis.report import write_report_of_runs
 
     report = write_report_of_runs(runs, tmp_path / "report").read_text()
     assert "mean ± the sample standard deviation (n - 1 in the denominator)" in report

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from fedlight.analysis.features import HEAD_INPUT, client_features
 from fedlight.analysis.outputs import write_outputs
-from fedlight.analysis.runs import FinishedRun
+from fedlight.analysis.runs import RestoredRun
 from fedlight.clients.fedpick import fisher_scores
 from fedlight.core.errors import ConfigError
 from fedlight.plotting import legend_outside
@@ -79,7 +79,7 @@ def check_options(ratios: Sequence[float], neighbors: int, model: str) -> None:
         raise ConfigError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
 
 
-def client_split_features(run: FinishedRun, client_id: int, feature: str, model: str
+def client_split_features(run: RestoredRun, client_id: int, feature: str, model: str
                           ) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """A client's ``(train, test)`` features and labels from its personalized model or the
     global model."""
@@ -97,7 +97,7 @@ def client_split_features(run: FinishedRun, client_id: int, feature: str, model:
     return splits[0], splits[1]
 
 
-def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT,
+def analyze(run: RestoredRun, out: Path, *, features: str = HEAD_INPUT,
             ratios: tuple[float, ...] = RATIOS, neighbors: int = 10,
             model: str = "personalized", formats: Sequence[str] | None = None) -> list[Path]:
     """FedPick's Fisher-score feature selection probed with k-NN, per client.

@@ -11,9 +11,9 @@ and score ``argmax p`` on every client's local test split with that client's pri
 
 Python::
 
-    rows = interpolation_grid(model, datamodule, "runs/<run>/checkpoints/last.ckpt", step=0.1)
+    rows = interpolation_grid(load_finished_run("runs/<run>"), step=0.1)
 
-Command line (reads the run's ``config.yaml`` and ``checkpoints/last.ckpt``, writes
+Command line (reads the run folder as every analysis does, with ``checkpoints/last.ckpt``, writes
 ``interpolation.csv`` and ``interpolation.png`` into the run folder unless ``--out`` says
 otherwise)::
 
@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.analysis.outputs import write_csv
+from fedlight.analysis.runs import RestoredRun, load_finished_run
+from fedlight.clients.base import FederatedClient
 from fedlight.clients.privatize import Privatize
-from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.data.datamodule import FederatedDataModule, iterate_batches
+from fedlight.core.errors import ConfigError
 from fedlight.errors import CommandParser
-from fedlight.federation.outputs.checkpoints import load_checkpoint
 from fedlight.plotting import save_figure, with_pdf
 
 
@@ -46,7 +46,7 @@ def grid_values(step: float) -> list[float]:
     return [round(i / count, 10) for i in range(count + 1)]
 
 
-def _check_model(model: Privatize) -> None:
+def _check_model(model: FederatedClient) -> None:
     if not isinstance(model, Privatize) or model.way != "AaBb" or model.cut != "coarse":
         way = getattr(model, "way", None)
         raise ConfigError(
@@ -56,49 +56,37 @@ def _check_model(model: Privatize) -> None:
 
 
 @torch.inference_mode()
-def interpolation_grid(
-    model: Privatize,
-    datamodule: FederatedDataModule,
-    checkpoint_path: str | Path,
-    step: float = 0.1,
-    batch_size: int = 1024,
-    device: str | torch.device = "cpu",
-) -> list[dict[str, float]]:
+def interpolation_grid(run: RestoredRun, step: float = 0.1, batch_size: int = 1024
+                       ) -> list[dict[str, float]]:
     """Personalized accuracy for every ``(alpha, beta)`` of the grid, from a saved run.
 
     Args:
-        model: a freshly built client of the run's configuration (``Privatize`` with
-            ``way="AaBb"``, or ``AutoCS`` / ``AutoSA`` / ``AutoHS``; their ``psi`` is ignored).
-        datamodule: the run's data module (same source, partition and seed).
-        checkpoint_path: the run's ``checkpoints/last.ckpt`` (the server's ``global_state`` +
-            ``client_states``; a client that never trained uses ``initial_private``).
+        run: the finished run (:func:`~fedlight.analysis.runs.load_finished_run`) of a
+            ``Privatize`` client with ``way="AaBb"``, or of ``AutoCS`` / ``AutoSA`` /
+            ``AutoHS`` (their ``psi`` is ignored); each client is loaded as it is scored after
+            the checkpoint's round (the aggregated shared state, its private state).
         step: grid step; ``alpha`` and ``beta`` take ``0, step, ..., 1``.
         batch_size: evaluation batch size.
-        device: where to evaluate.
 
     Returns:
         One row per ``(alpha, beta)``: ``alpha``, ``beta``, ``accuracy`` (pooled over all
         clients' local test samples, as ``personalized_accuracy``) and ``accuracy_mean``
         (mean of the per-client accuracies, the paper's Def. 3.3).
     """
-    _check_model(model)
+    _check_model(run.model)
     values = grid_values(step)
-    checkpoint = load_checkpoint(Path(checkpoint_path))
-    datamodule.setup("fit")
-    model = model.to(device).eval()
     n = len(values)
     pooled = torch.zeros(n, n, dtype=torch.float64)
     per_client_means = torch.zeros(n, n, dtype=torch.float64)
     total, clients = 0, 0
-    weights = torch.tensor(values, device=device)
-    for client_id in range(datamodule.num_clients):
-        private = checkpoint["client_states"].get(client_id, checkpoint["initial_private"])
-        model.load_state_dict({**checkpoint["server"]["global_state"], **private}, strict=True)
-        x, y = (t.to(device) for t in datamodule.client_test(client_id))
+    weights = torch.tensor(values, device=run.model.device)
+    for client_id in range(run.num_clients):
+        model = run.load_client(client_id)
+        x, y = run.runtime.population.test_data[client_id]
         if len(y) == 0:
             continue
-        correct = torch.zeros(n, n, dtype=torch.float64, device=device)
-        for xb, yb in iterate_batches(x, y, batch_size, drop_single=False):
+        correct = torch.zeros(n, n, dtype=torch.float64, device=weights.device)
+        for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size), strict=True):
             correct += _correct_counts(model, xb, yb, weights)
         pooled += correct.cpu()
         per_client_means += correct.cpu() / len(y)
@@ -165,19 +153,6 @@ def plot_heatmap(rows: Sequence[dict[str, float]], path: str | Path, title: str 
 
 
 # ===================================================================== command line
-def read_run(run_dir: str | Path) -> tuple[Privatize, FederatedDataModule]:
-    """Rebuild a run's client and data module from its ``config.yaml`` (read as ``fedlight
-    fit`` reads it, so short class names and linked arguments resolve the same)."""
-    from fedlight.config import read_config
-
-    config = Path(run_dir) / "config.yaml"
-    if not config.is_file():
-        raise MissingFileError(f"{str(config)!r} does not exist: pass a run folder written "
-                                "by `fedlight fit`")
-    run = read_config(config, ["--trainer.progress_bar", "false"])
-    return run.model, run.datamodule
-
-
 def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | None = None,
                       checkpoint: str | Path | None = None, device: str = "cpu",
                       formats: Sequence[str] | None = None) -> dict[str, Any]:
@@ -185,11 +160,8 @@ def run_interpolation(run_dir: str | Path, step: float = 0.1, out: str | Path | 
     ``interpolation.png`` (and ``.pdf`` where ``formats`` asks) into ``out`` (default: the run
     folder). Returns the rows, the best cell, the CSV's path and the figure's files."""
     run_dir = Path(run_dir)
-    checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
-    if not checkpoint.is_file():
-        raise MissingFileError(f"checkpoint {str(checkpoint)!r} does not exist")
-    model, datamodule = read_run(run_dir)
-    rows = interpolation_grid(model, datamodule, checkpoint, step=step, device=device)
+    run = load_finished_run(run_dir, str(checkpoint) if checkpoint else "last", device)
+    rows = interpolation_grid(run, step=step)
     out_dir = Path(out) if out else run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = write_csv(out_dir / "interpolation.csv", rows)

@@ -23,7 +23,7 @@ from torch import Tensor
 from fedlight.analysis.features import HEAD_INPUT, check_masks, client_features, selection_masks
 from fedlight.analysis.fisher_knn import kept_count
 from fedlight.analysis.outputs import write_outputs
-from fedlight.analysis.runs import FinishedRun
+from fedlight.analysis.runs import RestoredRun
 from fedlight.clients.fedpick import fisher_scores
 from fedlight.core.errors import ConfigError
 
@@ -47,7 +47,7 @@ def overlap_matrix(important: list[set[int]]) -> list[list[float]]:
     return [[jaccard(a, b) for b in important] for a in important]
 
 
-def importance(run: FinishedRun, client_id: int, by: str, features: str) -> Tensor:
+def importance(run: RestoredRun, client_id: int, by: str, features: str) -> Tensor:
     """A client's feature importance: the mask's selection frequency on its test data, or the
     Fisher score on its training data."""
     model = run.load_client(client_id)
@@ -57,7 +57,7 @@ def importance(run: FinishedRun, client_id: int, by: str, features: str) -> Tens
     return fisher_scores(client_features(model, [features], x)[features], y)
 
 
-def analyze(run: FinishedRun, out: Path, *, by: str = "mask", top: float = 0.5,
+def analyze(run: RestoredRun, out: Path, *, by: str = "mask", top: float = 0.5,
             features: str = HEAD_INPUT, formats: Sequence[str] | None = None) -> list[Path]:
     """Pairwise overlap of the clients' important features.
 

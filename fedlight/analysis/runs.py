@@ -2,7 +2,7 @@
 
 :func:`load_finished_run` is the one place the analyses read a run folder (``config.yaml``,
 ``checkpoints/last.ckpt`` or ``best.ckpt``, ``metrics.csv``, ``partition.json``); every
-analysis works on the :class:`FinishedRun` it returns::
+analysis works on the :class:`RestoredRun` it returns::
 
     run = load_finished_run("runs/fedpick-digits-dirichlet-s0")
     client = run.load_client(0)        # client 0's model as it is scored: eval mode
@@ -15,7 +15,7 @@ is checked against the run's ``partition.json``.
 
 from __future__ import annotations
 
-import csv
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,21 +23,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric import Fabric
 from torch import Tensor
 
 from fedlight.clients import CLIENTS
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.files import csv_number
 from fedlight.core.messages import TrainTask
 from fedlight.core.rules import WeightedSum, aggregation_weight
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.errors import did_you_mean
+from fedlight.federation.client_setup import set_up_client
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.outputs.checkpoints import NAMED, load_checkpoint
+from fedlight.federation.outputs.folder import read_metrics
 from fedlight.federation.processes.collectives import Distributed
-from fedlight.federation.runtime import ClientRuntime, build_client_runtime
+from fedlight.federation.processes.fabric import device_fabric
+from fedlight.federation.runtime import ClientRuntime
 from fedlight.plotting import client_labels
 
 #: What a run folder holds that every analysis needs.
@@ -45,8 +46,9 @@ RUN_FILES = ("config.yaml", "partition.json")
 
 
 @dataclass
-class FinishedRun:
-    """A run folder with its client module and data module rebuilt.
+class RestoredRun:
+    """A finished run folder restored for analysis: its client module and data module
+    rebuilt, its clients' states loaded from a checkpoint.
 
     Attributes:
         folder: the run folder.
@@ -91,42 +93,52 @@ class FinishedRun:
         """The aggregated shared state of the checkpoint's round."""
         return dict(self.checkpoint["server"]["global_state"])
 
-    def private_state(self, client_id: int) -> dict[str, Tensor]:
-        """Client ``client_id``'s private state (the initial one if it never trained)."""
-        self._check_client(client_id)
-        states = self.checkpoint["client_states"]
-        return dict(states.get(client_id, self.checkpoint["initial_private"]))
+    @functools.cached_property
+    def runtime(self) -> ClientRuntime:
+        """The client side as the run built it, in this process (the model's device), with
+        the checkpoint's clients: set up once, the clients' data copied once, whatever the
+        analyses load and train."""
+        options = TrainerOptions.from_saved(self.trainer_config)
+        fabric = device_fabric(self.model.device)
+        memory_format = set_up_client(options, fabric, self.model, self.datamodule, reinit=False)
+        sizes = [self.datamodule.client_train_size(i) for i in range(self.num_clients)]
+        runtime = ClientRuntime(fabric, self.model, self.datamodule, Distributed(fabric, sizes),
+                                self.checkpoint["initial_private"], options, memory_format)
+        runtime.population.restore(self.checkpoint)
+        return runtime
 
     def load_client(self, client_id: int, shared: Mapping[str, Tensor] | None = None,
                     private: Mapping[str, Tensor] | None = None) -> FederatedClient:
         """The module loaded as client ``client_id`` is scored after the checkpoint's round:
         the aggregated shared state (or ``shared``), its private state (or ``private``) and
         its context, in eval mode."""
-        self.model.load_state_dict({**(self.global_state if shared is None else shared),
-                                    **(self.private_state(client_id) if private is None
-                                       else private)}, strict=True)
-        self.model.context = self._runtime().population.context(client_id, self.rounds_done)
-        return self.model.eval()
+        self._check_client(client_id)
+        return self.runtime.load(client_id, self.rounds_done,
+                                 self.global_state if shared is None else shared,
+                                 private).eval()
 
     def load_global(self) -> FederatedClient | None:
         """The module loaded as the global model (``global_forward`` predicts with it), or
         None where the method has none (a private part such as GPFL's head)."""
         if not self.model.has_global_model:
             return None
-        self.model.load_state_dict({**self.global_state, **self.checkpoint["initial_private"]},
-                                   strict=True)
-        self.model.context = None
-        return self.model.eval()
+        model = self.runtime.load_global(self.global_state)
+        model.context = None
+        return model.eval()
 
     def train_locally(self, client_id: int) -> tuple[FederatedClient, dict[str, Tensor]]:
         """Client ``client_id``'s local training of the round after the checkpoint's, as the
         run would train it (its download, private state, seed, batches and phases): the
-        module after training, in eval mode, and its upload's shared state."""
-        runtime = self._runtime()
-        runtime.population.restore(self.checkpoint)
+        module after training, in eval mode, and its upload's shared state. The clients'
+        states stay the checkpoint's."""
+        self._check_client(client_id)
         server = self.checkpoint["server"]
-        result = runtime.train(TrainTask(client_id, self.rounds_done, server["global_state"],
-                                         dict(server["message"])))
+        try:
+            result = self.runtime.train(TrainTask(client_id, self.rounds_done,
+                                                  server["global_state"],
+                                                  dict(server["message"])))
+        finally:
+            self.runtime.population.restore(self.checkpoint)
         return self.model.eval(), result.upload.state
 
     def weighted_mean(self, uploads: Mapping[int, Mapping[str, Tensor]]) -> dict[str, Tensor]:
@@ -141,21 +153,7 @@ class FinishedRun:
 
     def metrics(self) -> list[dict[str, float]]:
         """The rows of ``metrics.csv`` as numbers (an empty cell is NaN)."""
-        path = self.folder / "metrics.csv"
-        if not path.is_file():
-            raise MissingFileError(f"{str(path)!r} does not exist; a finished run folder has "
-                                   "metrics.csv")
-        with path.open() as handle:
-            return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
-
-    def _runtime(self) -> ClientRuntime:
-        """The client side as the run built it, in this process (one CPU device)."""
-        fabric = Fabric(accelerator=self.model.device.type, devices=1, loggers=[])
-        sizes = [self.datamodule.client_train_size(i) for i in range(self.num_clients)]
-        options = TrainerOptions.from_saved(self.trainer_config)
-        return build_client_runtime(fabric, self.model, self.datamodule,
-                                    Distributed(fabric, sizes), self.checkpoint["initial_private"],
-                                    options)
+        return read_metrics(self.folder)
 
     def _check_client(self, client_id: int) -> None:
         if not 0 <= client_id < self.num_clients:
@@ -188,15 +186,18 @@ def check_split(datamodule: FederatedDataModule, folder: Path) -> None:
     recorded = json.loads((folder / "partition.json").read_text())["clients"]
     if datamodule.partition_record()["clients"] != recorded:
         raise ConfigError(f"the data of {str(folder)!r} no longer splits as its partition.json "
-                          f"(source {datamodule.source!r} changed?); the run cannot be analysed")
+                          f"(source {datamodule.source!r} changed?); the run cannot be "
+                          "analysed")
 
 
-def load_finished_run(run_dir: str | Path, checkpoint: str = "last") -> FinishedRun:
+def load_finished_run(run_dir: str | Path, checkpoint: str = "last",
+                      device: str | torch.device = "cpu") -> RestoredRun:
     """Rebuild a finished run for analysis.
 
     Args:
         run_dir: a run folder written by ``fedlight fit`` or ``FederatedTrainer.fit``.
         checkpoint: ``last`` (default), ``best`` or a checkpoint file.
+        device: where its clients are loaded, trained and scored.
 
     Raises:
         fedlight.core.errors.MissingFileError: the folder, a run file or the checkpoint is
@@ -213,12 +214,12 @@ def load_finished_run(run_dir: str | Path, checkpoint: str = "last") -> Finished
     state = load_checkpoint(path)
     description = state["config"]
     torch.manual_seed(int(description["trainer"].get("seed", 0)))
-    model = build_client(description)
+    model = build_client(description).to(device)
     datamodule = FederatedDataModule(**description["data"])
     datamodule.setup()
     check_split(datamodule, folder)
-    return FinishedRun(folder, model, datamodule, state, path)
+    return RestoredRun(folder, model, datamodule, state, path)
 
 
-__all__ = ["FinishedRun", "build_client", "check_split", "checkpoint_file",
+__all__ = ["RestoredRun", "build_client", "check_split", "checkpoint_file",
            "load_finished_run"]

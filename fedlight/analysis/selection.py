@@ -21,7 +21,7 @@ from torch import Tensor
 
 from fedlight.analysis.features import check_masks, client_features, selection_masks
 from fedlight.analysis.outputs import write_outputs
-from fedlight.analysis.runs import FinishedRun
+from fedlight.analysis.runs import RestoredRun
 from fedlight.clients.fedpick import fisher_scores
 from fedlight.plotting import legend_outside
 
@@ -34,7 +34,7 @@ def finite_mean(values: Tensor) -> float:
     return float(finite.mean()) if len(finite) else math.nan
 
 
-def client_selection(run: FinishedRun, client_id: int) -> dict[str, Any]:
+def client_selection(run: RestoredRun, client_id: int) -> dict[str, Any]:
     """A client's keep ratio and the mean Fisher scores of its ``z_p`` and ``z_u``."""
     model = run.load_client(client_id)
     x, y = run.datamodule.client_test(client_id)
@@ -45,7 +45,7 @@ def client_selection(run: FinishedRun, client_id: int) -> dict[str, Any]:
             "fisher_irrelevant": finite_mean(fisher_scores(features[IRRELEVANT], y))}
 
 
-def analyze(run: FinishedRun, out: Path, *, formats: Sequence[str] | None = None
+def analyze(run: RestoredRun, out: Path, *, formats: Sequence[str] | None = None
             ) -> list[Path]:
     """FedPick's keep ratio and the Fisher scores of its selected and dropped features.
 

@@ -40,7 +40,7 @@ from fedlight.analysis.features import (
     selection_masks,
 )
 from fedlight.analysis.outputs import write_outputs
-from fedlight.analysis.runs import FinishedRun
+from fedlight.analysis.runs import RestoredRun
 from fedlight.clients.fedpick import feature_sparsity_ratio
 from fedlight.core.errors import ConfigError
 from fedlight.federation.probes import Probe
@@ -99,7 +99,7 @@ def mask_sparsity(model: nn.Module, x: Any) -> float:
     return 1.0 - float(selection_masks(model, x).float().mean())
 
 
-def round_series(run: FinishedRun) -> list[dict[str, float]]:
+def round_series(run: RestoredRun) -> list[dict[str, float]]:
     """The per-round sparsity values ``metrics.csv`` holds: the probe's columns and FedPick's
     mask sparsity; no rows when it holds none."""
     rows = []
@@ -112,7 +112,7 @@ def round_series(run: FinishedRun) -> list[dict[str, float]]:
     return rows
 
 
-def around_aggregation(run: FinishedRun, features: str, eps: float) -> list[dict[str, Any]]:
+def around_aggregation(run: RestoredRun, features: str, eps: float) -> list[dict[str, Any]]:
     """Per client, the sparsity after its local training and after the aggregation."""
     masks = has_masks(run.model)
     uploads, privates, rows = {}, {}, []
@@ -136,7 +136,7 @@ def around_aggregation(run: FinishedRun, features: str, eps: float) -> list[dict
     return [{key: row[key] for key in order} for row in rows]
 
 
-def analyze(run: FinishedRun, out: Path, *, features: str = HEAD_INPUT, eps: float = 1e-5,
+def analyze(run: RestoredRun, out: Path, *, features: str = HEAD_INPUT, eps: float = 1e-5,
             formats: Sequence[str] | None = None) -> list[Path]:
     """Feature sparsity over rounds (where logged) and before / after aggregation.
 

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from fedlight.analysis.features import HEAD_INPUT, client_features
 from fedlight.analysis.outputs import write_outputs
-from fedlight.analysis.runs import FinishedRun
+from fedlight.analysis.runs import RestoredRun
 from fedlight.core.errors import ConfigError
 from fedlight.plotting import scatter_by
 
@@ -43,7 +43,7 @@ def embed(features: Tensor, perplexity: float, seed: int) -> np.ndarray:
     return np.asarray(tsne.fit_transform(features.double().numpy()))
 
 
-def test_samples(run: FinishedRun, client_id: int, limit: int, seed: int
+def test_samples(run: RestoredRun, client_id: int, limit: int, seed: int
                  ) -> tuple[Tensor, Tensor, Tensor]:
     """At most ``limit`` of a client's test samples, drawn with ``seed``: ``(x, y, index)``."""
     x, y = run.datamodule.client_test(client_id)
@@ -52,7 +52,7 @@ def test_samples(run: FinishedRun, client_id: int, limit: int, seed: int
     return x[index], y[index], index
 
 
-def collect(run: FinishedRun, features: Sequence[str], samples_per_client: int, seed: int
+def collect(run: RestoredRun, features: Sequence[str], samples_per_client: int, seed: int
             ) -> list[dict[str, Any]]:
     """Per (model, features) view: the clients' feature rows, labels and sample ids."""
     views: dict[tuple[str, str], dict[str, list[Tensor]]] = {}
@@ -73,7 +73,7 @@ def collect(run: FinishedRun, features: Sequence[str], samples_per_client: int, 
              "meta": torch.cat(parts["meta"])} for (kind, name), parts in views.items()]
 
 
-def analyze(run: FinishedRun, out: Path, *, features: tuple[str, ...] = (HEAD_INPUT,),
+def analyze(run: RestoredRun, out: Path, *, features: tuple[str, ...] = (HEAD_INPUT,),
             samples_per_client: int = 200, perplexity: float = 30.0, seed: int = 0,
             formats: Sequence[str] | None = None) -> list[Path]:
     """t-SNE of each client's test features, personalized and global model.

@@ -1,6 +1,6 @@
 """Building a run: the client module prepared and placed, the server rule chosen and set up,
 this process's clients, the client runtime, the engine, the round protocol and the writer of
-the run folder, wired together as one :class:`Run` (what FederatedTrainer drives), and the
+the run folder, wired together as one :class:`Federation` (what FederatedTrainer drives), and the
 run's state as a checkpoint holds it."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fedlight.core.messages import ClientEngine, EngineHost
 from fedlight.core.rules import ServerContext, ServerRule
 from fedlight.core.seeding import mean_join_ratio
 from fedlight.data.datamodule import FederatedDataModule
+from fedlight.federation.client_setup import set_up_client
 from fedlight.federation.engines.batched import (
     batching_refusal,
     padding_refusal,
@@ -46,23 +47,20 @@ from fedlight.federation.outputs.checkpoints import (
     load_checkpoint,
     run_checkpoint,
 )
-from fedlight.federation.outputs.describe import default_run_name, describe_run
-from fedlight.federation.outputs.writer import RunWriter
+from fedlight.federation.outputs.describe import describe_run
+from fedlight.federation.outputs.writer import RunWriter, default_run_name
 from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed, OwnedClients
 from fedlight.federation.processes.cpus import devices_note, precision_hint
 from fedlight.federation.protocol import RoundGradScale, RoundProtocol
-from fedlight.federation.runtime import (
-    ClientRuntime,
-    build_client_runtime,
-    place_client,
-    prepare_client,
-)
+from fedlight.federation.runtime import ClientRuntime
 
 
 @dataclass
-class Run:
-    """Everything one run uses, wired by :func:`build_run`."""
+class Federation:
+    """The federation one run drives, wired by :func:`build_run`: the client module, its
+    data, the server rule, this process's clients (population and runtime), the evaluator,
+    the engine, the round protocol and the writer of the run folder."""
 
     client: FederatedClient
     datamodule: FederatedDataModule
@@ -148,18 +146,20 @@ class Run:
             self.writer.opened.cut_client_rows(rounds_done)
         return rounds_done
 
-    def resume_point(self, ckpt_path: str | None, config: dict[str, Any],
-                     rounds: int) -> tuple[Path | None, dict[str, Any] | None]:
-        """The checkpoint file ``ckpt_path`` names and its content on this process (its
-        clients' states), checked as resumable with ``config`` to ``rounds``; (None, None)
-        for a fresh run."""
+    def resume_point(self, ckpt_path: str | None, options: TrainerOptions
+                     ) -> tuple[dict[str, Any], Path | None, dict[str, Any] | None]:
+        """The run's :meth:`hyperparameters` under ``options``, the checkpoint file
+        ``ckpt_path`` names and its content on this process (its clients' states), checked
+        as resumable with them to ``options.rounds``; file and content None for a fresh
+        run."""
+        config = self.hyperparameters(options)
         if not ckpt_path:
-            return None, None
+            return config, None, None
         file = self.writer.checkpoint_file(ckpt_path)
         checkpoint = self.dist.share_checkpoint(lambda: load_checkpoint(file))
-        check_resumable(checkpoint, self.method, type(self.rule).__name__, config, rounds,
-                        self.client.reads_planned_rounds)
-        return file, checkpoint
+        check_resumable(checkpoint, self.method, type(self.rule).__name__, config,
+                        options.rounds, self.client.reads_planned_rounds)
+        return config, file, checkpoint
 
     def resume_hint(self, command: str | None) -> str:
         """How a user resumes this run once it stopped."""
@@ -199,35 +199,35 @@ class Run:
 
 def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
               datamodule: FederatedDataModule, server: ServerRule | None,
-              engine: ClientEngine | None, host: EngineHost, reinit: bool) -> Run:
+              engine: ClientEngine | None, host: EngineHost, reinit: bool) -> Federation:
     """Wire one run of ``model`` over ``datamodule`` (``engine`` None: the simulator's;
     ``server`` None: the method's own rule; ``reinit`` False keeps the module's weights, as
     when a checkpoint is evaluated)."""
     if engine is not None:
         engine.attach(host)  # an engine refuses what it cannot run before anything is built
     device = fabric.device
-    prepare_client(model, datamodule, options.seed, reinit, options.threads, device)
-    if options.evaluate_after_local_training is not None:
-        model.evaluate_after_local_training = options.evaluate_after_local_training
+    memory_format = set_up_client(options, fabric, model, datamodule, reinit)
     rule = resolve_rule(model.configure_server(), server, type(model).__name__)
     dist = Distributed(fabric, [datamodule.client_train_size(i)
                                 for i in range(datamodule.num_clients)])
-    memory_format = place_client(model, fabric, options.memory_format)
-    state = model.state_dict()
+    state, private = model.state_dict(), model.client_state()
+    # Every process starts from rank 0's initial model, however it was built.
+    initial_shared = dist.broadcast({k: state[k].detach().clone()
+                                     for k in model.partition.shared}, device)
+    initial_private = dist.broadcast(private)
     join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
                                  options.random_join_ratio)
-    # Every process starts from rank 0's initial model, however it was built.
-    rule.setup(dist.broadcast({k: state[k].detach().clone() for k in model.partition.shared},
-                              device),
+    rule.setup(initial_shared,
                ServerContext(datamodule.num_clients, options.rounds, join_ratio,
                              options.seed, options.weighting, datamodule.public_inputs()))
     holds_clients = engine is None or engine.holds_clients
-    runtime = build_client_runtime(
-        fabric, model, datamodule, dist if holds_clients else OwnedClients(fabric, ()),
-        dist.broadcast(model.client_state()), options, memory_format,
-        options.client_state_storage, options.client_state_dir or options.default_root_dir)
+    runtime = ClientRuntime(fabric, model, datamodule,
+                            dist if holds_clients else OwnedClients(fabric, ()),
+                            initial_private, options, memory_format,
+                            options.client_state_storage,
+                            options.client_state_dir or options.default_root_dir)
     population = runtime.population
-    evaluator = Evaluator(fabric, dist, population,
+    evaluator = Evaluator(fabric, dist, runtime.load_global,
                           on_device(datamodule.global_test(), device, memory_format),
                           options.eval_batch_size)
     notes = [note for note in (devices_note(options.devices, fabric.world_size, device),
@@ -254,7 +254,7 @@ def build_run(options: TrainerOptions, fabric: Fabric, model: FederatedClient,
         options.wandb_labels)
     if isinstance(engine, ChosenEngine):
         engine.record = lambda record: writer.opened.write_json(CHOICE_FILE, record)
-    return Run(model, datamodule, rule, dist, population, runtime, evaluator, engine,
+    return Federation(model, datamodule, rule, dist, population, runtime, evaluator, engine,
                grad_scale, protocol, writer, memory_format == torch.channels_last, notes)
 
 
@@ -334,4 +334,4 @@ def resolve_rule(default: ServerRule, override: ServerRule | None, method: str) 
     return rule
 
 
-__all__ = ["Run", "build_run", "resolve_rule", "simulator_engine"]
+__all__ = ["Federation", "build_run", "resolve_rule", "simulator_engine"]

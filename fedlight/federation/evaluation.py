@@ -20,7 +20,6 @@ from torchmetrics.functional.classification import binary_auroc, multiclass_stat
 from fedlight.clients.base import FederatedClient
 from fedlight.core.messages import Score, macro_f1
 from fedlight.core.rules import ServerRule
-from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed
 
 Outputs = Mapping[str, Tensor]
@@ -175,15 +174,17 @@ class Evaluator:
     Args:
         fabric: the run's Fabric (autocast for scoring).
         dist: this process's place in the run.
-        population: the clients this process holds (the global model is scored with their
+        load_global: puts a global shared state into the live module (the client runtime's
+            :meth:`~fedlight.federation.runtime.ClientRuntime.load_global`: with the clients'
             initial private state).
         global_test: ``(x, y)`` of the global test set on the device.
         batch_size: evaluation batch size.
     """
 
-    def __init__(self, fabric: Fabric, dist: Distributed, population: Population,
+    def __init__(self, fabric: Fabric, dist: Distributed,
+                 load_global: Callable[[Mapping[str, Tensor]], FederatedClient],
                  global_test: tuple[Tensor, Tensor], batch_size: int) -> None:
-        self.fabric, self.dist, self.population = fabric, dist, population
+        self.fabric, self.dist, self.load_global = fabric, dist, load_global
         self.global_test = global_test
         self.batch_size = batch_size
         self.last_client_scores: dict[int, dict[str, Score]] = {}
@@ -207,8 +208,7 @@ class Evaluator:
         """The global model on the global test set, each process computing its share of the
         batches (:meth:`Distributed.share`) and every process scoring them all, gathered in
         order: the same score as one process, in 1 / world size of the time."""
-        client.load_state_dict({**rule.global_state, **self.population.initial_private})
-        client.eval()
+        self.load_global(rule.global_state).eval()
         x, y = self.global_test
         mine = self.dist.share(batch_count(len(y), self.batch_size))
         with self.fabric.autocast():

@@ -1,6 +1,7 @@
 """The clients of a run as this process holds them: their data, their private state between
-rounds, their optimizer state (``optimizer_state: persist``) and participation counts, and the
-one way to load client ``i`` into the live module for round ``r``."""
+rounds, their optimizer state (``optimizer_state: persist``) and participation counts, and
+what client ``i`` is told of itself for round ``r`` (its context). The client runtime loads
+them into the live module (runtime.py)."""
 
 from __future__ import annotations
 
@@ -77,21 +78,6 @@ class Population:
             participations=self.participations[client_id],
             train_data=self.train_data[client_id], batch_size=self.batch_size,
             drop_last=self.drop_last)
-
-    def load(self, client: FederatedClient, client_id: int, round_idx: int,
-             shared: Mapping[str, Tensor]) -> None:
-        """Put client ``client_id`` into the live module as it is at round ``round_idx``:
-        ``shared`` (what the server sent) plus its own private state, and its context."""
-        private = self.states.get(client_id, self.initial_private)
-        client.load_state_dict({**shared, **private}, strict=True)
-        client.context = self.context(client_id, round_idx)
-
-    def start_training(self, client: FederatedClient, client_id: int, round_idx: int,
-                       shared: Mapping[str, Tensor], message: dict[str, Any]) -> None:
-        """:meth:`load`, train mode, and ``on_round_start`` with the server's message."""
-        self.load(client, client_id, round_idx, shared)
-        client.train()
-        client.on_round_start(round_idx, message)
 
     def finish_training(self, client: FederatedClient, client_id: int,
                         optimizer_states: dict[int, dict[str, Any]]) -> None:

@@ -1,10 +1,14 @@
-"""The client runtime: the one way a client module is prepared for a run, trained on a task
-and scored, whatever carries the clients' work out (the simulator's engines, a Flower
-SuperNode).
+"""The client runtime: the one way a client's state is loaded into the module, the client
+trained on a task and scored, whatever carries the clients' work out (the simulator's engines,
+a Flower SuperNode, the analyses of a finished run). The module is set up before
+(client_setup.py).
 
 :class:`ClientRuntime` owns the client module that plays every client this process serves in
 turn, the :class:`~fedlight.federation.population.Population` of those clients (their data,
-their private-state store), the local loop and the fp16 loss scale. Its two steps are the
+their private-state store), the local loop and the fp16 loss scale. :meth:`ClientRuntime.load`
+is the only code that loads a client's shared and private state into the module, and
+:meth:`ClientRuntime.upload_index` the only choice of the phase the upload is taken after.
+Its two steps are the
 places every engine goes through: :meth:`ClientRuntime.train` (one task: seed from
 ``(seed, round, client)``, load, local phases, keep the private state, score where the task
 asks) and :meth:`ClientRuntime.batches` (the batches a client trains on, in the order its
@@ -26,8 +30,7 @@ from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
 from fedlight.compat import restart_growth
-from fedlight.core.client import Phase, Upload
-from fedlight.core.errors import ConfigError
+from fedlight.core.client import Phase, Upload, upload_phase
 from fedlight.core.messages import ClientResult, Score, TrainTask
 from fedlight.core.noise import reseed_noise
 from fedlight.core.seeding import derive_seed, mean_join_ratio, seed_global_rngs
@@ -38,54 +41,13 @@ from fedlight.federation.evaluation import (
     score_outputs,
     stacked_batch_outputs,
 )
-from fedlight.federation.memory_format import apply_memory_format
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.population import Population
 from fedlight.federation.processes.collectives import Distributed
-from fedlight.federation.processes.cpus import apply_threads
 from fedlight.federation.training_loop import TrainingLoop
 
 Batch = tuple[Tensor, Tensor]
 _EVAL_STREAM = 0x4556414C  # tags the fine-tune-at-evaluation stream apart from training
-
-
-def prepare_client(model: FederatedClient, datamodule: FederatedDataModule, seed: int,
-                   reinit: bool, threads: int | str | None, device: torch.device) -> None:
-    """What every run does before round 1, on the server side and on every client side: set
-    torch's threads (trainer.threads), set up the data, check the class count and the shared /
-    private patterns, and re-initialize the model from seed (reinit)."""
-    if not isinstance(model, FederatedClient):
-        raise TypeError(f"model must be a fedlight FederatedClient, got {type(model).__name__}")
-    apply_threads(threads, device)
-    datamodule.setup("fit")
-    if model.num_classes != datamodule.num_classes:
-        raise ConfigError(f"model has {model.num_classes} classes but data source "
-                          f"{datamodule.source!r} has {datamodule.num_classes}")
-    _ = model.partition  # resolve and check the shared / private patterns now
-    if reinit:
-        reinitialize(model, seed)
-
-
-def reinitialize(client: FederatedClient, seed: int) -> None:
-    """Give ``client`` the weights a construction right after ``torch.manual_seed(seed)`` gives
-    (what the CLI does), without touching the global RNG state.
-
-    The client is rebuilt with the arguments of its own constructor call and its state copied
-    over, so every method's own initialization (zero-initialized heads, copies) is kept.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        fresh = type(client)(**client.construction)
-    client.load_state_dict(fresh.state_dict())
-
-
-def place_client(model: FederatedClient, fabric: Fabric, memory_format: str) -> torch.memory_format:
-    """Set the module up with Fabric (device, precision), put its weights in the run's memory
-    format (returned: the image batches' format) and collect what it logs per round."""
-    fabric.setup_module(model)
-    placed = apply_memory_format(model, memory_format, fabric.device)
-    model.capture_logs(True)
-    return placed
 
 
 class ClientGradScale:
@@ -152,26 +114,70 @@ class ClientRound:
 
 
 class ClientRuntime:
-    """Prepares, trains and scores the clients this process serves (module docstring).
+    """Loads, trains and scores the clients this process serves (module docstring), wired
+    from the trainer's options: the data and private states of the clients ``owned`` names
+    (:class:`Population`, kept in ``options.client_state_storage``), the local loop and the
+    fp16 loss scale. The simulator, a Flower node and the analyses of a saved run all build
+    it here, on a module set up by client_setup.py, so they train a client alike.
 
     Args:
         fabric: the process's Fabric (device, precision).
-        client: the client module, placed (place_client).
-        population: the clients' data and private states.
-        loop: the local loop.
-        seed: the run's seed.
-        local_epochs: local epochs E.
-        eval_batch_size: batch size of scoring.
-        share_class_counts: whether scores leave with their per-class counts.
+        client: the client module, set up (client_setup.set_up_client).
+        datamodule: the run's data, set up.
+        owned: which clients this process serves (Distributed; OwnedClients for a node).
+        initial_private: the module's private state before training (what a client that
+            never trained starts from).
+        options: the trainer's options.
+        memory_format: the memory format of the image batches (set_up_client's).
+        storage: the private-state store, ``memory`` or ``disk`` (the simulator passes
+            ``trainer.client_state_storage``; a node and an analysis keep theirs in memory).
+        storage_dir: the folder of a ``disk`` store (None: the temporary folder).
     """
 
-    def __init__(self, fabric: Fabric, client: FederatedClient, population: Population,
-                 loop: TrainingLoop, seed: int, local_epochs: int, eval_batch_size: int = 512,
-                 share_class_counts: bool = True) -> None:
-        self.fabric, self.client, self.population, self.loop = fabric, client, population, loop
-        self.seed, self.local_epochs = seed, local_epochs
-        self.eval_batch_size, self.share_class_counts = eval_batch_size, share_class_counts
+    def __init__(self, fabric: Fabric, client: FederatedClient,
+                 datamodule: FederatedDataModule, owned: Distributed,
+                 initial_private: dict[str, Tensor], options: TrainerOptions,
+                 memory_format: torch.memory_format = torch.contiguous_format,
+                 storage: str = "memory", storage_dir: str | Path | None = None) -> None:
+        join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
+                                     options.random_join_ratio)
+        self.fabric, self.client = fabric, client
+        self.population = Population(datamodule, owned, initial_private, storage, storage_dir,
+                                     options.rounds, join_ratio, options.batch_size,
+                                     options.drop_last, memory_format)
+        self.loop = TrainingLoop(fabric, options.batch_size,
+                                 max_local_steps=options.max_local_steps,
+                                 **options.local_options)
+        self.seed, self.local_epochs = options.seed, options.local_epochs
+        self.eval_batch_size = options.eval_batch_size
+        self.share_class_counts = options.share_class_counts
         self.grad_scale = ClientGradScale(fabric)
+
+    # ----------------------------------------------------------------- loading
+    def load(self, client_id: int, round_idx: int, shared: Mapping[str, Tensor],
+             private: Mapping[str, Tensor] | None = None) -> FederatedClient:
+        """Put client ``client_id`` into the live module as it is at round ``round_idx``:
+        ``shared`` (what the server sent) plus its private state (its stored one, or
+        ``private`` where given), and its context. The one place a client's state is loaded
+        into a module: training, scoring, every engine, Flower nodes and the analyses."""
+        population = self.population
+        own = population.states.get(client_id, population.initial_private)
+        self.client.load_state_dict({**shared, **(own if private is None else private)},
+                                    strict=True)
+        self.client.context = population.context(client_id, round_idx)
+        return self.client
+
+    def load_global(self, shared: Mapping[str, Tensor]) -> FederatedClient:
+        """Put the global model into the live module: ``shared`` (the aggregated state) plus
+        the initial private state (what ``global_forward`` predicts with)."""
+        self.client.load_state_dict({**shared, **self.population.initial_private}, strict=True)
+        return self.client
+
+    @staticmethod
+    def upload_index(phases: Sequence[Phase]) -> int:
+        """Which of ``phases`` the upload is taken after: the one that asks for it
+        (``upload_after``), else the last. Every engine and the leakage probe ask here."""
+        return upload_phase(phases)
 
     # ----------------------------------------------------------------- training
     def batches(self, client_id: int, generator: torch.Generator) -> Iterator[Batch]:
@@ -198,8 +204,9 @@ class ClientRuntime:
         self.grad_scale.start(task.loss_scale)
         seed_global_rngs(seed, self.fabric.device)
         reseed_noise(self.client, seed)
-        self.population.start_training(self.client, task.client_id, task.round_idx,
-                                       task.shared, task.message)
+        self.load(task.client_id, task.round_idx, task.shared)
+        self.client.train()
+        self.client.on_round_start(task.round_idx, task.message)
         return torch.Generator().manual_seed(seed)
 
     def begin(self, task: TrainTask) -> ClientRound:
@@ -220,9 +227,11 @@ class ClientRuntime:
         """One client's round: local training from the task's download, then its scores
         where the task asks for them."""
         started = self.begin(task)
+        phases = self.phases()
         result = self.loop.fit(self.client,
                                lambda: self.batches(task.client_id, started.generator),
-                               self.phases(), self.population.optimizer_states.get(task.client_id))
+                               phases, self.upload_index(phases),
+                               self.population.optimizer_states.get(task.client_id))
         return self.finish(started, result.upload, result.loss_sum, result.steps,
                            result.optimizer_states)
 
@@ -253,7 +262,7 @@ class ClientRuntime:
         its evaluation phases if it has any; per-class counts only where the run shares them."""
         client = self.client
         if shared is not None:
-            self.population.load(client, client_id, round_idx, shared)
+            self.load(client_id, round_idx, shared)
         phases = client.evaluation_phases()
         if phases:
             self._fine_tune(client_id, round_idx, phases)
@@ -305,26 +314,4 @@ class ClientRuntime:
         self.client.pop_federated_logs()  # fine-tuning losses are not the round's training losses
 
 
-def build_client_runtime(fabric: Fabric, client: FederatedClient,
-                         datamodule: FederatedDataModule, dist: Distributed,
-                         initial_private: dict[str, Tensor], options: TrainerOptions,
-                         memory_format: torch.memory_format = torch.contiguous_format,
-                         storage: str = "memory",
-                         storage_dir: str | Path | None = None) -> ClientRuntime:
-    """The client side of a process, wired from the trainer's options: the data and private
-    states of the clients ``dist`` owns (``Population``, kept in ``storage``), the local loop
-    and the runtime that trains and scores them. The simulator, a Flower node and the analyses
-    of a saved run all build it here, so they train a client alike."""
-    join_ratio = mean_join_ratio(datamodule.num_clients, options.join_ratio,
-                                 options.random_join_ratio)
-    population = Population(datamodule, dist, initial_private, storage, storage_dir,
-                            options.rounds, join_ratio, options.batch_size, options.drop_last,
-                            memory_format)
-    loop = TrainingLoop(fabric, options.batch_size, max_local_steps=options.max_local_steps,
-                     **options.local_options)
-    return ClientRuntime(fabric, client, population, loop, options.seed, options.local_epochs,
-                         options.eval_batch_size, options.share_class_counts)
-
-
-__all__ = ["ClientGradScale", "ClientRound", "ClientRuntime", "build_client_runtime",
-           "place_client", "prepare_client", "private_scores", "python_state", "reinitialize"]
+__all__ = ["ClientGradScale", "ClientRound", "ClientRuntime", "private_scores", "python_state"]

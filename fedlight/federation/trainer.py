@@ -22,16 +22,15 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientEngine, Score, TrainTask
 from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.federation.build import Run, build_run
+from fedlight.federation.build import Federation, build_run
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.outputs.checkpoints import (
     LAST,
     checkpoint_names,
     saved_client_states,
 )
-from fedlight.federation.outputs.describe import to_yaml
 from fedlight.federation.outputs.summary import best_on_validation
-from fedlight.federation.outputs.writer import write_header
+from fedlight.federation.outputs.writer import to_yaml, write_header
 from fedlight.federation.processes.fabric import make_fabric
 from fedlight.federation.processes.launch import launch, needs_launch
 from fedlight.federation.processes.signals import RunInterrupted, StopSignals
@@ -54,10 +53,10 @@ class FederatedTrainer(TrainerOptions):
         self.stop_reason: str | None = None  # why a callback stopped the run
         self.history: list[dict[str, Any]] = []
         self.launched_run_dir: Path | None = None  # the run folder of a launched fit
-        self.built: Run | None = None  # the run of fit / test in this process
+        self.built: Federation | None = None  # the run of fit / test in this process
 
     @property
-    def run(self) -> Run:
+    def run(self) -> Federation:
         """The run being (or last) carried out in this process (built by fit or test)."""
         assert self.built is not None, "no run was started in this process"
         return self.built
@@ -136,8 +135,7 @@ class FederatedTrainer(TrainerOptions):
         process; fedlight.flower's engine: Flower SuperNodes). Same rounds, rows, run folder
         and checkpoints whatever the engine; ckpt_path and server as in fit."""
         run = self._build(model, datamodule, server, engine, self.reinitialize)
-        config = run.hyperparameters(self)
-        file, checkpoint = run.resume_point(ckpt_path, config, self.rounds)
+        config, file, checkpoint = run.resume_point(ckpt_path, self)
         if checkpoint and checkpoint.get("stopped_early"):
             stopped = checkpoint["stopped_early"]
             raise ConfigError(f"nothing to train: the run stopped early at round "
@@ -215,7 +213,7 @@ class FederatedTrainer(TrainerOptions):
 
     # ================================================================= the run
     def _build(self, model: FederatedClient, datamodule: FederatedDataModule,
-               server: ServerRule | None, engine: ClientEngine | None, reinit: bool) -> Run:
+               server: ServerRule | None, engine: ClientEngine | None, reinit: bool) -> Federation:
         self.built = build_run(self, self.fabric, model, datamodule, server, engine, self, reinit)
         self.server = self.built.rule
         self.history = []

@@ -52,7 +52,7 @@ from lightning.fabric import Fabric
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
-from fedlight.core.client import Phase, Upload, upload_phase
+from fedlight.core.client import Phase, Upload
 from fedlight.core.errors import ConfigError, TrainingDiverged
 
 #: ``trainer.optimizer_state`` and ``trainer.gradient_clip_algorithm`` values.
@@ -171,15 +171,14 @@ class TrainingLoop:
         self.persist = optimizer_state == "persist"
 
     def fit(self, client: FederatedClient, epoch_batches: Callable[[], Iterable[Batch]],
-            phases: Sequence[Phase], optimizer_states: dict[int, dict[str, Any]] | None = None,
-            ) -> TrainingResult:
-        """Run ``phases``, each epoch over ``epoch_batches()``, and take the upload after the
-        phase that asks for it (else after the last: core.client.upload_phase); stop
-        training after ``max_local_steps`` steps in all."""
+            phases: Sequence[Phase], uploads_after: int,
+            optimizer_states: dict[int, dict[str, Any]] | None = None) -> TrainingResult:
+        """Run ``phases``, each epoch over ``epoch_batches()``, and take the upload after
+        phase number ``uploads_after`` (the client runtime's choice: ClientRuntime.upload_index);
+        stop training after ``max_local_steps`` steps in all."""
         check_phases(client, phases)
         saved = dict(optimizer_states or {})
         upload: Upload | None = None
-        uploads_after = upload_phase(phases)
         loss_sum = torch.zeros((), device=self.fabric.device)
         steps = 0
         client.on_train_start()

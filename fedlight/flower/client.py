@@ -26,11 +26,12 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedlight.config import RunConfig
+from fedlight.config import InstantiatedConfig
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientResult, Score, TrainTask
+from fedlight.federation.client_setup import set_up_client
 from fedlight.federation.processes.collectives import OwnedClients
-from fedlight.federation.runtime import build_client_runtime, place_client, prepare_client
+from fedlight.federation.runtime import ClientRuntime
 from fedlight.federation.state.node_files import NodeStateFiles
 from fedlight.flower.codec import decode_task, encode_result, get_state, pack_scores
 from fedlight.flower.secure import (
@@ -54,12 +55,11 @@ class PreparedModule:
     memory_format: torch.memory_format
 
 
-def prepare_module(run: RunConfig) -> PreparedModule:
-    """Prepare run's client module as fit does before round 1 (client runtime's steps)."""
+def prepare_module(run: InstantiatedConfig) -> PreparedModule:
+    """Set run's client module up as fit does before round 1 (the one client set-up)."""
     trainer = run.trainer
-    prepare_client(run.model, run.datamodule, trainer.seed, trainer.reinitialize,
-                   trainer.threads, trainer.fabric.device)
-    memory_format = place_client(run.model, trainer.fabric, trainer.memory_format)
+    memory_format = set_up_client(trainer, trainer.fabric, run.model, run.datamodule,
+                                  trainer.reinitialize)
     return PreparedModule(run.model.client_state(), memory_format)
 
 
@@ -73,7 +73,7 @@ class ClientNode:
         prepared: the run's module as prepared for this process (default: prepared now).
     """
 
-    def __init__(self, run: RunConfig, client_id: int, folder: str | Path,
+    def __init__(self, run: InstantiatedConfig, client_id: int, folder: str | Path,
                  prepared: PreparedModule | None = None) -> None:
         num_clients = run.datamodule.num_clients
         if not 0 <= client_id < num_clients:
@@ -81,9 +81,10 @@ class ClientNode:
                               "config's data.num_clients)")
         prepared = prepared or prepare_module(run)
         fabric = run.trainer.fabric
-        self.runtime = build_client_runtime(
-            fabric, run.model, run.datamodule, OwnedClients(fabric, [client_id]),
-            prepared.initial_private, run.trainer, prepared.memory_format)
+        self.runtime = ClientRuntime(fabric, run.model, run.datamodule,
+                                     OwnedClients(fabric, [client_id]),
+                                     prepared.initial_private, run.trainer,
+                                     prepared.memory_format)
         self.client_id = client_id
         self.files = NodeStateFiles(folder)
 
@@ -122,7 +123,7 @@ class ServedRun:
     for it, the module prepared once, and the nodes built so far (by client id)."""
 
     key: tuple[str, ...]
-    run: RunConfig
+    run: InstantiatedConfig
     prepared: PreparedModule
     nodes: dict[int, ClientNode] = field(default_factory=dict)
 

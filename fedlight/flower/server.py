@@ -23,7 +23,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from torch import Tensor
 
-from fedlight.config import RunConfig
+from fedlight.config import InstantiatedConfig
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import ServerRule
 from fedlight.federation.build import resolve_rule
@@ -72,7 +72,7 @@ class RefusalLog(RoundCallback):
         self.earlier = list(state.get("refusals", []))
 
 
-def serve(grid: Grid, run: RunConfig, discovery_timeout: float = 600.0,
+def serve(grid: Grid, run: InstantiatedConfig, discovery_timeout: float = 600.0,
           round_timeout: float | None = None, secure: SecureAggregation | None = None) -> Outcome:
     """Run the federation of run over grid, writing the run folder (with refused.json where
     an update was refused); secure: SecAgg+'s settings (None: no secure aggregation).

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedlight.config import RunConfig, read_config
+from fedlight.config import InstantiatedConfig, read_config
 from fedlight.core.errors import ConfigError, MissingFileError
 
 
@@ -32,7 +32,7 @@ def app_settings(run_config: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
     return {**run_config, **{k.replace("_", "-"): v for k, v in fixed.items() if v is not None}}
 
 
-def load_from(settings: Mapping[str, Any]) -> RunConfig:
+def load_from(settings: Mapping[str, Any]) -> InstantiatedConfig:
     """load_run for an app's settings: config (required) and overrides (optional)."""
     if "config" not in settings:
         raise ConfigError("no fedlight config: set config in the run config ([tool.flwr.app."
@@ -47,7 +47,7 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> tupl
     return tuple(shlex.split(overrides) if isinstance(overrides, str) else overrides)
 
 
-def load_run(config: str, overrides: tuple[str, ...] = ()) -> RunConfig:
+def load_run(config: str, overrides: tuple[str, ...] = ()) -> InstantiatedConfig:
     """Parse config (a fedlight YAML) plus overrides as fedlight fit does (a new run each
     call: the ServerApp and the ClientApp never share a model or a trainer)."""
     return read_config(find_config(config), overrides, one_process=True)

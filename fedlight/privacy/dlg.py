@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lightning.fabric import Fabric
 from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
@@ -53,6 +52,8 @@ from fedlight.core.client import Phase
 from fedlight.core.errors import ConfigError
 from fedlight.core.seeding import derive_seed
 from fedlight.federation.probes import Probe
+from fedlight.federation.processes.fabric import device_fabric
+from fedlight.federation.runtime import ClientRuntime
 from fedlight.federation.training_loop import TrainingLoop, only_trainable
 
 LOSSES = ("mse", "ce")
@@ -372,8 +373,9 @@ def _client_names(client: nn.Module, phi: nn.Module) -> dict[str, str]:
 
 
 def _upload_phase(client: FederatedClient) -> Phase:
+    """The phase whose training the server sees in the upload, as the runtime chooses it."""
     phases = client.local_phases(1)
-    return next((p for p in phases if p.upload_after), phases[-1])
+    return phases[ClientRuntime.upload_index(phases)]
 
 
 def _one_step_lr(client: FederatedClient) -> float:
@@ -396,12 +398,7 @@ def _one_step_update(client: FederatedClient, batch: tuple[Tensor, Tensor],
 
 def _loop(client: FederatedClient) -> TrainingLoop:
     """The local loop on the client's Fabric (the trainer's), or a one-device Fabric."""
-    fabric = client.fabric
-    if fabric is None:
-        device = client.device
-        fabric = Fabric(accelerator=device.type, devices=[device.index or 0]
-                        if device.type == "cuda" else 1, loggers=[])
-    return TrainingLoop(fabric)
+    return TrainingLoop(client.fabric or device_fabric(client.device))
 
 
 class DLGProbe(Probe):

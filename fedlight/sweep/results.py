@@ -20,7 +20,7 @@ def collect(planned: Sequence[Planned], trials: Mapping[str, str] | None = None,
     """The finished runs (report.Run, relabelled with the sweep's method label and the
     cell's row, the method followed by ``(<trials[run folder name]>)`` where given, with
     their wall and CPU seconds) and the failed cells with their errors."""
-    from fedlight.report import read_run
+    from fedlight.analysis.report import read_run
 
     runs, failed = [], []
     for item in planned:
@@ -40,7 +40,7 @@ def collect(planned: Sequence[Planned], trials: Mapping[str, str] | None = None,
 
 def write_runs_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> None:
     """One row per run: its labels, seed, rounds, every table column and its folder."""
-    from fedlight.report import table_columns
+    from fedlight.analysis.report import table_columns
 
     columns = table_columns(extra, runs)
     with path.open("w", newline="") as handle:
@@ -56,7 +56,7 @@ def write_runs_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> Non
 def write_results_csv(runs: Sequence[Any], path: Path, extra: Sequence[str]) -> None:
     """The report's table as CSV: per group, the mean, the sample std over seeds and the
     number of runs with a value of each column."""
-    from fedlight.report import group_statistics
+    from fedlight.analysis.report import group_statistics
 
     rows = group_statistics(runs, extra)
     with path.open("w", newline="") as handle:
@@ -102,7 +102,7 @@ def write_results(sweep: Sweep, planned: Sequence[Planned], out: Path, command: 
                   sections: Sequence[str] = ()) -> Path:
     """report.md with its plots, results.csv, runs.csv (and selection.md with select); the
     runs' trials as in :func:`collect`, ``sections`` (Markdown lines) before the table."""
-    from fedlight.report import write_report_of_runs
+    from fedlight.analysis.report import write_report_of_runs
 
     runs, failed = collect(planned, trials)
     notes = [f"`{command}`", "",

@@ -1,10 +1,9 @@
-"""How a run is named and described: its folder name, the hyper-parameters logged with it
-(written as config.yaml for a run started from Python) and the YAML they are written in."""
+"""How a run is described: the hyper-parameters logged with it (written as config.yaml for a
+run started from Python, checked on resume), its server rule's options among them."""
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,21 +13,14 @@ from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
 
 
-def default_run_name(client: FederatedClient, datamodule: FederatedDataModule, seed: int,
-                     engine: str = SIMULATOR) -> str:
-    """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
-    for runs whose clients are not simulated (e.g. -flower)."""
-    name = f"{type(client).__name__.lower()}-{datamodule.source}-{datamodule.partition}-s{seed}"
-    return name if engine == SIMULATOR else f"{name}-{engine}"
-
-
 def describe_run(client: FederatedClient, datamodule: FederatedDataModule, server: ServerRule,
                  trainer: Mapping[str, Any], engine: str = SIMULATOR) -> dict[str, Any]:
     """The hyper-parameters logged with a run (and written as config.yaml from Python), with
     the engine named for runs whose clients are not simulated."""
+    server_options = rule_options(server)
     vocabulary = datamodule.vocabulary_record()
     described = {"method": type(client).__name__, "server": type(server).__name__,
-                 "server_options": rule_options(server), "model": dict(client.hparams),
+                 "server_options": server_options, "model": dict(client.hparams),
                  "data": dict(datamodule.hparams), "trainer": dict(trainer),
                  **({"vocabulary": vocabulary} if vocabulary else {})}
     return described if engine == SIMULATOR else {"engine": engine, **described}
@@ -53,12 +45,4 @@ def rule_options(rule: Any) -> dict[str, Any]:
     return options
 
 
-def to_yaml(obj: Mapping[str, Any]) -> str:
-    """A plain YAML dump (tuples and paths become lists and strings)."""
-    import yaml
-
-    text: str = yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
-    return text
-
-
-__all__ = ["default_run_name", "describe_run", "rule_options", "to_yaml"]
+__all__ = ["describe_run", "rule_options"]

@@ -1,7 +1,7 @@
-"""The run folder: metrics CSV (and, when asked, the per-client CSV), JSON and text files,
-checkpoints folder and loggers. Every whole-file write goes through
+"""The run folder, written and read back: metrics CSV (and, when asked, the per-client
+CSV), JSON and text files, checkpoints folder and loggers. Every whole-file write goes through
 fedlight.core.files.atomic_write. Only rank 0 writes; the other ranks hold a SilentRunFolder
-with the same path."""
+with the same path. :func:`read_metrics` is the one reader of ``metrics.csv``."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedlight.core.files import atomic_write
+from fedlight.core.errors import MissingFileError
+from fedlight.core.files import atomic_write, csv_number
 from fedlight.federation.outputs.loggers import Loggers
 
 HEADLINE_COLUMNS = (
     "round", "global_accuracy", "personalized_accuracy", "personalized_accuracy_std",
     "train_loss", "seconds",
 )
+#: The file of one row per evaluated round.
+METRICS = "metrics.csv"
 #: The per-client, per-round scores (trainer.per_client_scores) and their first columns.
 CLIENT_ROUNDS = "per_client_rounds.csv"
 CLIENT_HEADLINE = ("round", "client")
@@ -83,14 +86,30 @@ class CsvLog:
         self.path.unlink(missing_ok=True)
 
 
+def read_metrics(folder: str | Path) -> list[dict[str, float]]:
+    """The rows of a run folder's ``metrics.csv`` as numbers (an empty cell is NaN), as the
+    report, the sweeps' tables and the analyses read them.
+
+    Raises:
+        fedlight.core.errors.MissingFileError: the folder has no ``metrics.csv``.
+    """
+    path = Path(folder) / METRICS
+    if not path.is_file():
+        raise MissingFileError(f"{str(path)!r} does not exist; a finished run folder has "
+                               f"{METRICS}")
+    return [{k: csv_number(v) for k, v in row.items()}
+            for row in CsvLog(path, HEADLINE_COLUMNS).read()]
+
+
 class RunFolder:
-    """Everything a run writes, under ``<root>/<name>/``."""
+    """Everything a run writes, under ``<root>/<name>/``; :func:`read_metrics` reads its
+    metrics back."""
 
     def __init__(self, path: Path, loggers: Sequence[str], group: str, wandb_project: str,
                  labels: Mapping[str, Any] | None = None) -> None:
         self.path = path
         self.loggers = Loggers(loggers, path, group, wandb_project, labels)
-        self.metrics = CsvLog(path / "metrics.csv", HEADLINE_COLUMNS)
+        self.metrics = CsvLog(path / METRICS, HEADLINE_COLUMNS)
         self.client_rounds = CsvLog(path / CLIENT_ROUNDS, CLIENT_HEADLINE)
 
     @property
@@ -182,5 +201,5 @@ class SilentRunFolder(RunFolder):
     def write_text(self, name: str, text: str) -> None: ...
 
 
-__all__ = ["CLIENT_HEADLINE", "CLIENT_ROUNDS", "CsvLog", "HEADLINE_COLUMNS", "RunFolder",
-           "SilentRunFolder", "finite_or_none"]
+__all__ = ["CLIENT_HEADLINE", "CLIENT_ROUNDS", "METRICS", "CsvLog", "HEADLINE_COLUMNS",
+           "RunFolder", "SilentRunFolder", "finite_or_none", "read_metrics"]

@@ -4,13 +4,15 @@ Only rank 0 writes; the other ranks hold a silent folder with the same path."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedlight import __version__
-from fedlight.core.messages import Score
+from fedlight.clients.base import FederatedClient
+from fedlight.core.messages import SIMULATOR, Score
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.federation.outputs.checkpoints import LAST, find_checkpoint, save_checkpoint
 from fedlight.federation.outputs.folder import RunFolder, SilentRunFolder
@@ -220,4 +222,21 @@ def write_header(folder: RunFolder, config: str, datamodule: FederatedDataModule
             print(note)
 
 
-__all__ = ["RunWriter", "client_score_rows", "write_header"]
+def default_run_name(client: FederatedClient, datamodule: FederatedDataModule, seed: int,
+                     engine: str = SIMULATOR) -> str:
+    """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
+    for runs whose clients are not simulated (e.g. -flower)."""
+    name = (f"{type(client).__name__.lower()}-{datamodule.source}-"
+            f"{datamodule.partition}-s{seed}")
+    return name if engine == SIMULATOR else f"{name}-{engine}"
+
+
+def to_yaml(obj: Mapping[str, Any]) -> str:
+    """A plain YAML dump (tuples and paths become lists and strings)."""
+    import yaml
+
+    text: str = yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=False)
+    return text
+
+
+__all__ = ["RunWriter", "client_score_rows", "default_run_name", "to_yaml", "write_header"]

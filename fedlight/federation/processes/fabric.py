@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import torch
 from lightning.fabric import Fabric
 from lightning.fabric.strategies.ddp import DDPStrategy
 from torch import nn
@@ -77,6 +78,13 @@ def make_fabric(accelerator: str, devices: int | str, num_nodes: int, precision:
     return Fabric(strategy=FederatedDDPStrategy(start_method=STRATEGIES[strategy]), **options)
 
 
+def device_fabric(device: torch.device) -> Fabric:
+    """A one-process, 32-bit Fabric on ``device``, for work on a module outside a run of the
+    trainer (a leakage probe on a bare client, the analyses of a finished run)."""
+    devices: int | str = f"{device.index or 0}," if device.type == "cuda" else 1
+    return make_fabric(device.type, devices, 1, "32-true")
+
+
 def _shared_device_fabric(options: dict[str, Any], strategy: str, workers: int) -> Fabric:
     """A Fabric with ``workers`` processes on each of the devices ``options`` select."""
     chosen = Fabric(**{**options, "num_nodes": 1})  # resolves the device list, starts nothing
@@ -88,4 +96,4 @@ def _shared_device_fabric(options: dict[str, Any], strategy: str, workers: int) 
     return Fabric(strategy=rule, **{k: v for k, v in options.items() if k != "devices"})
 
 
-__all__ = ["PRECISIONS", "STRATEGIES", "FederatedDDPStrategy", "make_fabric"]
+__all__ = ["PRECISIONS", "STRATEGIES", "FederatedDDPStrategy", "device_fabric", "make_fabric"]

@@ -11,7 +11,6 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from fedlight.core.client import upload_phase
 from fedlight.core.messages import ClientResult, Score, State, TrainTask
 from fedlight.federation.engines.batched.eligibility import padding_refusal, scoring_refusal
 from fedlight.federation.engines.batched.memory import client_bytes, group_size_for
@@ -155,8 +154,7 @@ class BatchedEngine(SequentialEngine):
             chunk = ids[start:start + size]
             states = []
             for client_id in chunk:
-                runtime.population.load(runtime.client, client_id, round_idx,
-                                        downloads[client_id])
+                runtime.load(client_id, round_idx, downloads[client_id])
                 states.append(self.scoring_state())
             scores.update(zip(chunk, self.score_states(chunk, states), strict=True))
         return scores
@@ -296,7 +294,7 @@ class BatchedEngine(SequentialEngine):
         client = runtime.client
         client.pop_federated_logs()
         runtime.resume(started)
-        uploaded = prepared.rows[upload_phase(prepared.phases)]
+        uploaded = prepared.rows[runtime.upload_index(prepared.phases)]
         load_rows(client, uploaded)
         upload = client.upload()
         if uploaded is not prepared.rows[-1]:

@@ -37,9 +37,10 @@ from typing import Any
 import yaml
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.files import csv_number
+from fedlight.data.plugin import recorded_name
 from fedlight.data.stats import save_heatmap
 from fedlight.errors import CommandParser
+from fedlight.federation.outputs.folder import read_metrics
 from fedlight.plotting import (
     figure_formats,
     integer_axis,
@@ -54,8 +55,9 @@ PARTITION_PARAMETER = {"dirichlet": "beta", "pathological": "classes_per_client"
 
 
 @dataclass
-class Run:
-    """One run folder, read back."""
+class RunRecord:
+    """One run folder's record read back for the report: its method, setting and seed, its
+    summary, its metrics rows and its clients' last accuracies."""
 
     path: Path
     method: str
@@ -82,13 +84,14 @@ class Run:
 
 def _setting(config: dict[str, Any]) -> str:
     data = config.get("data") or {}
-    partition = data.get("partition", "?")
+    source, _ = recorded_name(data.get("source", "?"), data)
+    partition, options = recorded_name(data.get("partition", "?"), data)
     parameter = PARTITION_PARAMETER.get(partition)
-    suffix = f"({data[parameter]})" if parameter and parameter in data else ""
-    return f"{data.get('source', '?')}/{partition}{suffix}"
+    suffix = f"({options[parameter]})" if parameter and parameter in options else ""
+    return f"{source}/{partition}{suffix}"
 
 
-def read_run(path: str | Path) -> Run:
+def read_run(path: str | Path) -> RunRecord:
     """Read a run folder written by ``FederatedTrainer`` (clear error when it is not one)."""
     path = Path(path)
     summary_path = path / "summary.json"
@@ -99,43 +102,42 @@ def read_run(path: str | Path) -> Run:
     summary = json.loads(summary_path.read_text())
     config_path = path / "config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
-    with (path / "metrics.csv").open() as handle:
-        history = [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    history = read_metrics(path)
     per_client_path = path / "per_client.json"
     per_client = {}
     if per_client_path.is_file():
         per_client = {r["client"]: r["personalized_accuracy"]
                       for r in json.loads(per_client_path.read_text())}
     seed = int((config.get("trainer") or {}).get("seed", 0))
-    return Run(path, summary.get("method", path.name), _setting(config), seed, summary, history,
-               per_client)
+    return RunRecord(path, summary.get("method", path.name), _setting(config), seed, summary,
+                     history, per_client)
 
 
 def _finite(values: Sequence[float | None]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def _last(run: Run, key: str) -> float | None:
+def _last(run: RunRecord, key: str) -> float | None:
     values = [r.get(key) for r in run.history if math.isfinite(r.get(key, math.nan))]
     return values[-1] if values else None
 
 
-def _summary(key: str) -> Callable[[Run], float | None]:
+def _summary(key: str) -> Callable[[RunRecord], float | None]:
     return lambda run: run.summary.get(key)
 
 
-def _last_row(key: str) -> Callable[[Run], float | None]:
+def _last_row(key: str) -> Callable[[RunRecord], float | None]:
     return lambda run: _last(run, key)
 
 
-def _process(kind: str) -> Callable[[Run], float | None]:
+def _process(kind: str) -> Callable[[RunRecord], float | None]:
     return lambda run: (run.process_seconds or {}).get(kind)
 
 
 #: The window of ``mean_last_*`` in a summary written before trainer.report_last existed.
 FORMER_REPORT_LAST = 10
 
-Column = tuple[str, Callable[[Run], float | None], str]
+Column = tuple[str, Callable[[RunRecord], float | None], str]
 #: Columns of the results table: (title, value of one run, how a group is shown): "%" mean ±
 #: std in percent, "mean3" the mean to three places, "seconds" the mean in whole seconds;
 #: "{last}" in a title is the runs' report_last.
@@ -152,14 +154,14 @@ COLUMNS: list[Column] = [
 ]
 
 
-def report_window(runs: Sequence[Run]) -> str:
+def report_window(runs: Sequence[RunRecord]) -> str:
     """The runs' ``report_last`` (the evaluated rounds their ``mean_last_*`` averages), as a
     column title shows it: ``5``, or ``5/10`` for runs of different windows."""
     windows = sorted({int(run.summary.get("report_last") or FORMER_REPORT_LAST) for run in runs})
     return "/".join(str(w) for w in windows) or str(FORMER_REPORT_LAST)
 
 
-def table_columns(extra: Sequence[str] = (), runs: Sequence[Run] = ()) -> list[Column]:
+def table_columns(extra: Sequence[str] = (), runs: Sequence[RunRecord] = ()) -> list[Column]:
     """COLUMNS (titled with the ``runs``' report window), then ``last <name>`` for each extra
     metrics.csv column (e.g. ``hpm_accuracy_mean``): its last evaluated value, in % where the
     name says accuracy."""
@@ -169,12 +171,12 @@ def table_columns(extra: Sequence[str] = (), runs: Sequence[Run] = ()) -> list[C
         for name in extra]
 
 
-def group_statistics(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+def group_statistics(runs: Sequence[RunRecord], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One row per method, setting and round count: ``seeds`` and, per column (with the
     ``extra`` metrics.csv columns), the mean, the sample standard deviation (n - 1 in the
     denominator) over the runs that have the value, and their count ``n`` (mean ``None``
     where no run has the value; std ``None`` where one run has it)."""
-    groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
+    groups: dict[tuple[str, str, int], list[RunRecord]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run)
     columns = table_columns(extra, runs)
@@ -212,7 +214,7 @@ def _cell(row: dict[str, Any], title: str, style: str) -> str:
     return text + (f" (n={count})" if count < row["seeds"] else "")
 
 
-def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
+def results_table(runs: Sequence[RunRecord], extra: Sequence[str] = ()) -> str:
     """Markdown table: one row per method, setting and round count (accuracies in %, mean ±
     sample std over seeds, as TABLE_NOTE says), with the runs' mean wall and CPU seconds
     where they were recorded and the ``extra`` metrics.csv columns' last values."""
@@ -228,7 +230,7 @@ def results_table(runs: Sequence[Run], extra: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(runs: Sequence[Run], path: Path, formats: Iterable[str] | None = None
+def plot_curves(runs: Sequence[RunRecord], path: Path, formats: Iterable[str] | None = None
                 ) -> list[Path]:
     """Personalized accuracy against the round per method, setting and round count: the mean
     over seeds, with a band of one sample standard deviation where two or more seeds have
@@ -267,7 +269,7 @@ def curve_labels(keys: Sequence[tuple[str, ...]]
     return {key: " ".join(key[i] for i in (varying or [0])) for key in keys}, shared
 
 
-def write_curves_csv(runs: Sequence[Run], path: Path, extra: Sequence[str] = ()) -> None:
+def write_curves_csv(runs: Sequence[RunRecord], path: Path, extra: Sequence[str] = ()) -> None:
     """Every evaluated round of every run: its labels, the round, personalized and global
     accuracy and the ``extra`` metrics.csv columns (empty where a run has no such value)."""
     metrics = ["personalized_accuracy", "global_accuracy", *extra]
@@ -283,7 +285,7 @@ def write_curves_csv(runs: Sequence[Run], path: Path, extra: Sequence[str] = ())
                                      *["" if not math.isfinite(v) else v for v in values]])
 
 
-def client_gains(first: Sequence[Run], second: Sequence[Run]) -> list[float]:
+def client_gains(first: Sequence[RunRecord], second: Sequence[RunRecord]) -> list[float]:
     """Per-client accuracy of ``second`` minus ``first``, pairing runs by seed."""
     by_seed = {r.seed: r for r in first}
     gains = []
@@ -309,7 +311,7 @@ def plot_gain_histogram(gains: Sequence[float], names: tuple[str, str], path: Pa
     return save_figure(path, draw, (6.0, 4.0), formats=formats)
 
 
-def plot_partition(run: Run, path: Path, formats: Iterable[str] | None = None) -> list[Path]:
+def plot_partition(run: RunRecord, path: Path, formats: Iterable[str] | None = None) -> list[Path]:
     """A run's partition heatmap, drawn again from its ``partition_stats.json`` (in each of
     ``formats``), or its ``partition.png`` copied where it has no statistics; no file where
     it has neither."""
@@ -327,18 +329,18 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
+def one_run_per_seed(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
     """The newest run (by its summary.json) of each method, setting, round count and seed,
     and the older repeats left out, so that "seeds" counts distinct seeds (a run of another
     length is another row, never a repeat)."""
-    newest: dict[tuple[tuple[str, str, int], int], Run] = {}
+    newest: dict[tuple[tuple[str, str, int], int], RunRecord] = {}
     for run in sorted(runs, key=lambda r: (r.path / "summary.json").stat().st_mtime):
         newest[(run.group, run.seed)] = run
     kept = [r for r in runs if newest[(r.group, r.seed)] is r]
     return kept, [r for r in runs if r not in kept]
 
 
-def check_compare(runs: Sequence[Run], compare: tuple[str, str]) -> None:
+def check_compare(runs: Sequence[RunRecord], compare: tuple[str, str]) -> None:
     """Raise ConfigError (one line) unless both methods of ``--compare`` have runs of one
     setting and round count."""
     groups: dict[str, set[tuple[str, int]]] = defaultdict(set)
@@ -364,7 +366,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
                                 formats=formats)
 
 
-def write_report_of_runs(runs: Sequence[Run], out: str | Path,
+def write_report_of_runs(runs: Sequence[RunRecord], out: str | Path,
                          compare: tuple[str, str] | None = None,
                          title: str = "# fedlight report", notes: Sequence[str] = (),
                          extra: Sequence[str] = (), formats: Iterable[str] | None = None
@@ -388,7 +390,7 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
     sections += [results_table(runs, extra), "", "![curves](curves.png)", ""]
     plot_curves(runs, out / "curves.png", formats)
     write_curves_csv(runs, out / "curves.csv", extra)
-    by_setting: dict[str, list[Run]] = defaultdict(list)
+    by_setting: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         by_setting[run.setting].append(run)
     for setting, members in sorted(by_setting.items()):
@@ -400,7 +402,7 @@ def write_report_of_runs(runs: Sequence[Run], out: str | Path,
     return out / "report.md"
 
 
-def _gain_sections(members: Sequence[Run], setting: str, compare: tuple[str, str] | None,
+def _gain_sections(members: Sequence[RunRecord], setting: str, compare: tuple[str, str] | None,
                    out: Path, formats: Iterable[str] | None = None) -> list[str]:
     """The per-client gain histogram of the compared pair on one setting (each round count
     apart), as Markdown lines."""
