@@ -186,7 +186,7 @@ def check_split(datamodule: FederatedDataModule, folder: Path) -> None:
     recorded = json.loads((folder / "partition.json").read_text())["clients"]
     if datamodule.partition_record()["clients"] != recorded:
         raise ConfigError(f"the data of {str(folder)!r} no longer splits as its partition.json "
-                          f"(source {datamodule.source!r} changed?); the run cannot be "
+                          f"(source {datamodule.source.name!r} changed?); the run cannot be "
                           "analysed")
 
 

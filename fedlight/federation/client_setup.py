@@ -39,7 +39,7 @@ def set_up_client(options: TrainerOptions, fabric: Fabric, model: FederatedClien
     datamodule.setup("fit")
     if model.num_classes != datamodule.num_classes:
         raise ConfigError(f"model has {model.num_classes} classes but data source "
-                          f"{datamodule.source!r} has {datamodule.num_classes}")
+                          f"{datamodule.source.name!r} has {datamodule.num_classes}")
     _ = model.partition  # resolve and check the shared / private patterns now
     if reinit:
         reinitialize(model, options.seed)

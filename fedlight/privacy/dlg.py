@@ -442,7 +442,7 @@ class DLGProbe(Probe):
         """Refuse a run whose inputs are not images, or a surface its method does not
         offer, before its first round."""
         data = trainer.datamodule
-        check_image_inputs(data.data.x_train[:1], f"data source {data.source!r}")
+        check_image_inputs(data.data.x_train[:1], f"data source {data.source.name!r}")
         surface = self.options.get("surface", "encoder")
         if isinstance(surface, str):
             attack_surface(trainer.client, surface)
