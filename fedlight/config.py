@@ -22,8 +22,9 @@ from fedlight.clients.base import FederatedClient
 from fedlight.core.paths import ConfigPath
 from fedlight.core.rules import ServerRule
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.errors import FedlightParser, wrapped_user_error
 from fedlight.federation.trainer import FederatedTrainer
+from fedlight.parsing.messages import wrapped_user_error
+from fedlight.parsing.parser import FedlightParser
 
 # A ConfigPath option in a config file is relative to that file's folder: jsonargparse reads a
 # config file with the working folder set to the file's folder, and a ConfigPath is resolved
@@ -114,7 +115,7 @@ def read_config(path: str | Path, overrides: Sequence[str] = (),
     for the Flower engine to refuse).
 
     Raises:
-        fedlight.errors.UsageError: the config or an override is not valid (one line).
+        fedlight.parsing.messages.UsageError: the config or an override is not valid (one line).
     """
     parser = run_parser()
     config = parser.parse_args(["-c", str(path), *overrides])

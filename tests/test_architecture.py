@@ -16,7 +16,7 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 #: packages of the layers below its own. The server rules sit below the client methods
 #: (SCAFFOLD's rule derives from FedAvgM), the orchestrator above them.
 LAYER_NAMES = (
-    ("core",),
+    ("core", "version"),
     ("compat",),
     ("plotting",),
     ("data", "models"),
@@ -24,7 +24,7 @@ LAYER_NAMES = (
     ("clients",),
     ("federation",),
     ("privacy",),
-    ("errors",),
+    ("parsing",),
     ("config",),
     ("flower",),
     ("analysis",),

@@ -14,7 +14,7 @@ import yaml
 from fedlight.cli import main
 from fedlight.config import run_parser
 from fedlight.core.paths import ConfigPath
-from fedlight.errors import FedlightParser
+from fedlight.parsing.parser import FedlightParser
 
 REPO = Path(__file__).resolve().parents[1]
 

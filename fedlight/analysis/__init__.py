@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from fedlight.core.errors import ConfigError
-from fedlight.errors import did_you_mean
+from fedlight.parsing.messages import did_you_mean
 from fedlight.plotting import figure_formats
 
 

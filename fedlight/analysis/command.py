@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedlight.analysis import analyses, analysis, analyze
-from fedlight.errors import FedlightParser
+from fedlight.parsing.parser import FedlightParser
 from fedlight.plotting import with_pdf
 
 USAGE = ("fedlight analyze <analysis> RUN_DIR [--out DIR] [--checkpoint last|best|FILE] [--pdf] "

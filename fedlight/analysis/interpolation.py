@@ -34,7 +34,7 @@ from fedlight.analysis.runs import RestoredRun, load_finished_run
 from fedlight.clients.base import FederatedClient
 from fedlight.clients.privatize import Privatize
 from fedlight.core.errors import ConfigError
-from fedlight.errors import CommandParser
+from fedlight.parsing.parser import CommandParser
 from fedlight.plotting import save_figure, with_pdf
 
 

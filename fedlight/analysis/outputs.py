@@ -12,7 +12,7 @@ from typing import Any
 
 from fedlight.core.errors import FedlightError
 from fedlight.core.files import atomic_write
-from fedlight.errors import exit_with_error
+from fedlight.parsing.messages import exit_with_error
 from fedlight.plotting import Draw, save_figure
 
 Rows = Sequence[Mapping[str, Any]]

@@ -39,8 +39,8 @@ import yaml
 from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.data.plugin import recorded_name
 from fedlight.data.stats import save_heatmap
-from fedlight.errors import CommandParser
 from fedlight.federation.outputs.folder import read_metrics
+from fedlight.parsing.parser import CommandParser
 from fedlight.plotting import (
     figure_formats,
     integer_axis,

@@ -31,7 +31,6 @@ from fedlight.core.errors import ConfigError, MissingFileError
 from fedlight.core.messages import TrainTask
 from fedlight.core.rules import WeightedSum, aggregation_weight
 from fedlight.data.datamodule import FederatedDataModule
-from fedlight.errors import did_you_mean
 from fedlight.federation.client_setup import set_up_client
 from fedlight.federation.options import TrainerOptions
 from fedlight.federation.outputs.checkpoints import NAMED, load_checkpoint
@@ -39,6 +38,7 @@ from fedlight.federation.outputs.folder import read_metrics
 from fedlight.federation.processes.collectives import Distributed
 from fedlight.federation.processes.fabric import device_fabric
 from fedlight.federation.runtime import ClientRuntime
+from fedlight.parsing.messages import did_you_mean
 from fedlight.plotting import client_labels
 
 #: What a run folder holds that every analysis needs.

@@ -29,7 +29,7 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from fedlight.clients.base import FederatedClient
-from fedlight.compat import restart_growth
+from fedlight.compat.grad_scaler import restart_growth
 from fedlight.core.client import Phase, Upload, upload_phase
 from fedlight.core.messages import ClientResult, Score, TrainTask
 from fedlight.core.noise import reseed_noise

@@ -24,7 +24,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedlight.compat import empty_flower_run, set_task_identity, stamp_message_id
+from fedlight.compat.flower_internals import empty_flower_run, set_task_identity, stamp_message_id
 from fedlight.core.errors import ConfigError
 
 SUPERLINK_NODE_ID = 1  # the node id Flower gives the SuperLink

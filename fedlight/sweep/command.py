@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import fedlight.sweep
-from fedlight.errors import CommandParser
+from fedlight.parsing.parser import CommandParser
 from fedlight.sweep.execute import run_cells
 from fedlight.sweep.plan import Planned, plan_sweep
 from fedlight.sweep.results import write_results

@@ -21,7 +21,7 @@ def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:
     prints), resolved by its parser; a refused command line is a SweepError ``<label>: <the
     parser's one-line message>``."""
     from fedlight.config import dump_config
-    from fedlight.errors import USER_ERRORS, user_message
+    from fedlight.parsing.messages import USER_ERRORS, user_message
 
     parser = _fit_parser()
     try:
@@ -48,7 +48,7 @@ def run_cell(config_file: str, resume: bool, resume_command: str | None = None
     one-line error where it failed (a diverged run is a result, not a crash).
     ``resume_command`` is what a stopped run says resumes it (the sweep's own command)."""
     from fedlight.config import read_config
-    from fedlight.errors import USER_ERRORS, user_message
+    from fedlight.parsing.messages import USER_ERRORS, user_message
 
     started, cpu_started = time.perf_counter(), cpu_seconds()
     error = None

@@ -1,4 +1,5 @@
-"""One-screen user errors of the ``fedlight`` command line.
+"""One-line user errors of the ``fedlight`` command line and of every config fedlight
+reads.
 
 A user error (a bad option, value, file or name) is printed as ``error: <message>`` with a
 "did you mean" where a close name exists, and exits with code 2; no usage dump, no traceback.
@@ -7,9 +8,7 @@ Set the environment variable FEDLIGHT_DEBUG=1 to get the traceback instead.
 
 from __future__ import annotations
 
-import argparse
 import difflib
-import functools
 import inspect
 import os
 import pydoc
@@ -22,9 +21,8 @@ from typing import Any, NoReturn
 
 import torch
 import yaml
-from lightning.pytorch.cli import LightningArgumentParser
 
-from fedlight.compat import FedlightHelpFormatter, ParserError, read_parser_error
+from fedlight.compat.jsonargparse_errors import ParserError, read_parser_error
 from fedlight.core.errors import FedlightError
 from fedlight.core.paths import resolution_note
 
@@ -40,73 +38,6 @@ class UsageError(FedlightError):
     def __init__(self, message: str, config_files: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.config_files = tuple(config_files)
-
-
-class FedlightParser(LightningArgumentParser):
-    """A parser named after its command (``fedlight fit``) whose errors are raised (as
-    UsageError) instead of printed with the usage, with a one-line usage and fedlight's help
-    formatter (see fedlight.compat.FedlightHelpFormatter)."""
-
-    #: The subcommand this parser reads (``fit``); "" for the top level. A class attribute,
-    #: since jsonargparse builds the parser of a class's --*.help as ``type(parser)(...)``.
-    command = ""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("prog", f"fedlight {self.command}".strip())
-        if self.command:
-            kwargs.setdefault("usage", f"fedlight {self.command} [options]")
-        kwargs.setdefault("formatter_class", FedlightHelpFormatter)
-        # an abbreviated option (--trainer.round for --trainer.rounds) is refused with a "did
-        # you mean": accepted, a typo could select another option silently
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    @staticmethod
-    @functools.cache
-    def of_command(command: str) -> type[FedlightParser]:
-        """The FedlightParser class of ``fedlight <command>``."""
-        return type(f"{command.title()}Parser", (FedlightParser,), {"command": command})
-
-    def add_method_arguments(self, class_type: Any, method_name: str, *args: Any,
-                             **kwargs: Any) -> list[str]:
-        """jsonargparse's add_method_arguments, with the group titled run options (rather
-        than with the first line of the method's docstring)."""
-        added: list[str] = super().add_method_arguments(class_type, method_name, *args,
-                                                        **kwargs)
-        if method_name in self.groups:
-            self.groups[method_name].title = "run options"
-        return added
-
-    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Any:
-        """jsonargparse's parse_args, remembering the config files the arguments name."""
-        self.config_files = config_files(sys.argv[1:] if args is None else args)
-        return super().parse_args(args, *more, **kwargs)
-
-    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
-        raise UsageError(message, getattr(self, "config_files", ())) from ex
-
-
-class CommandParser(argparse.ArgumentParser):
-    """The argparse parser of a plain ``fedlight`` tool (report, interpolate,
-    export-partition): its errors are raised as UsageError (one line, exit code 2, from
-    ``fedlight``'s main), and no option is taken from an abbreviation of its name."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def config_files(args: Any) -> list[str]:
-    """The files of the ``-c`` / ``--config`` arguments of a command line."""
-    if not isinstance(args, (list, tuple)):
-        return []
-    args = [str(a) for a in args]
-    files = [value for flag, value in zip(args, args[1:], strict=False)
-             if flag in ("-c", "--config")]
-    return files + [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
 
 
 def file_naming(key: str, files: Iterable[str]) -> str | None:
@@ -183,9 +114,10 @@ def fault_hint(error: BaseException) -> str | None:
 
 def user_message(error: BaseException) -> str:
     """The one-line message of a user error: jsonargparse's wrapping read into the option
-    path and the reason (:func:`fedlight.compat.read_parser_error`), with the valid values
-    and a "did you mean" where they are known, and, where it names a path a config resolved
-    (:class:`fedlight.core.paths.ConfigPath`), that path as it was configured."""
+    path and the reason (:func:`fedlight.compat.jsonargparse_errors.read_parser_error`), with
+    the valid values and a "did you mean" where they are known, and, where it names a path a
+    config resolved (:class:`fedlight.core.paths.ConfigPath`), that path as it was
+    configured."""
     message = parsed_message(error)
     return message + resolution_note(message)
 
@@ -375,7 +307,8 @@ def option_names() -> set[str]:
     return names
 
 
-__all__ = ["CommandParser", "FedlightParser", "USER_ERRORS", "UsageError", "debugging",
-           "describe_yaml_error", "did_you_mean", "did_you_mean_class", "exit_with_error",
-           "exit_with_fault", "fault_hint", "read_yaml_file", "subclasses", "unknown_class",
-           "user_message", "wrapped_user_error", "yaml_syntax_error"]
+__all__ = ["DEBUG_VARIABLE", "USER_ERRORS", "UsageError", "debugging", "describe_yaml_error",
+           "did_you_mean", "did_you_mean_class", "exit_with_error", "exit_with_fault",
+           "fault_hint", "file_naming", "moved_data_option", "option_names", "parsed_message",
+           "read_yaml_file", "subclasses", "unknown_class", "unknown_model", "user_message",
+           "wrapped_user_error", "yaml_syntax_error"]

@@ -1,4 +1,5 @@
-"""``fedlight`` command line: a ``LightningCLI`` whose trainer is the ``FederatedTrainer``.
+"""The ``fedlight`` commands: a ``LightningCLI`` whose trainer is the ``FederatedTrainer``, and
+the tools' subcommands.
 
     fedlight fit -c configs/gpfl/mnist5k_pathological.yaml
     fedlight fit -c configs/fedavg/mnist5k_dirichlet.yaml --trainer.rounds 5
@@ -29,24 +30,23 @@ import fedlight.clients  # noqa: F401  (registers every client class for short n
 import fedlight.privacy  # noqa: F401  (DLGProbe for short names)
 import fedlight.server  # noqa: F401  (every server rule for short names)
 from fedlight.clients.base import FederatedClient
-from fedlight.compat import LightningCLISteps
+from fedlight.compat.lightning_cli import LightningCLISteps
 from fedlight.config import add_run_arguments, instantiate_run
 from fedlight.data.datamodule import FederatedDataModule
 from fedlight.data.moved import check_data_section
 from fedlight.data.partitions import as_partition
 from fedlight.data.partitions.from_file import FromFile
 from fedlight.data.sources.pfllib import export_pfllib
-from fedlight.errors import (
+from fedlight.federation.trainer import FederatedTrainer
+from fedlight.parsing.messages import (
     USER_ERRORS,
-    CommandParser,
-    FedlightParser,
     UsageError,
     debugging,
     exit_with_error,
     exit_with_fault,
     read_yaml_file,
 )
-from fedlight.federation.trainer import FederatedTrainer
+from fedlight.parsing.parser import CommandParser, FedlightParser
 from fedlight.plotting import figure_formats
 
 #: jsonargparse's deprecation notes on calls LightningCLI makes (the messages' first words

@@ -1,0 +1,5 @@
+"""``python -m fedlight.cli ...``: the ``fedlight`` command."""
+
+from fedlight.cli.commands import main
+
+main()
