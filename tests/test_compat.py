@@ -30,7 +30,8 @@ def test_lightning_cli_still_calls_the_steps_fedlight_disables(step):
     calls = {node.func.attr for node in ast.walk(ast.parse(inspect.getsource(
         LightningCLI.__init__).strip().replace("\n    ", "\n"))) if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)}
-    assert step in calls, f"LightningCLI.__init__ no longer calls {step}: revisit compat.py"
+    assert step in calls, (f"LightningCLI.__init__ no longer calls {step}: revisit "
+                           "fedlight/compat/lightning_cli.py")
     assert getattr(LightningCLISteps, step) is not getattr(LightningCLI, step)
 
 
