@@ -62,7 +62,8 @@ state, value, parameters, run folder), and ``report.md`` (with each study's best
 from fedlight.sweep.command import main
 from fedlight.sweep.plan import cache_key, plan_sweep
 from fedlight.sweep.runner import cpu_seconds, resolve_arguments
-from fedlight.sweep.spec import SweepError, load_sweep, read_sweep
+from fedlight.sweep.spec import load_sweep, read_sweep
+from fedlight.sweep.sweep_file_error import SweepError
 
 __all__ = ["SweepError", "cache_key", "cpu_seconds", "load_sweep", "main", "plan_sweep",
            "read_sweep", "resolve_arguments"]

@@ -16,7 +16,8 @@ from fedlight.sweep.execute import run_cells
 from fedlight.sweep.plan import Planned, plan_sweep
 from fedlight.sweep.results import write_results
 from fedlight.sweep.runner import cpu_seconds
-from fedlight.sweep.spec import SELECT_MODES, Sweep, SweepError, load_sweep
+from fedlight.sweep.spec import SELECT_MODES, Sweep, load_sweep
+from fedlight.sweep.sweep_file_error import SweepError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from fedlight.sweep import runner
-from fedlight.sweep.spec import Cell, Sweep, SweepError
+from fedlight.sweep.spec import Cell, Sweep
+from fedlight.sweep.sweep_file_error import SweepError
 
 #: Trainer options every cell runs with, whatever its sweep file says: how a run reports
 #: (a sweep prints one line per run, and its tables read the files each run writes, such as

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.sweep.spec import SweepError
+from fedlight.sweep.sweep_file_error import SweepError
 
 
 def resolve_arguments(arguments: Sequence[str], label: str) -> dict[str, Any]:

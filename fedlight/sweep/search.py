@@ -25,7 +25,8 @@ from fedlight.core.files import csv_number
 from fedlight.sweep.execute import SweepProgress, finish
 from fedlight.sweep.plan import Planned, check_validation_split, plan_cell
 from fedlight.sweep.search_spec import SearchSpec
-from fedlight.sweep.spec import Cell, Sweep, SweepError
+from fedlight.sweep.spec import Cell, Sweep
+from fedlight.sweep.sweep_file_error import SweepError
 from fedlight.sweep.trial import TrialRun
 
 STORAGE_FILE = "optuna.db"

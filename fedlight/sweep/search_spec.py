@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from fedlight.sweep.spec import SweepError, mapping
+from fedlight.sweep.sweep_file_error import SweepError, mapping
 
 SEARCH_KEYS = ("metric", "direction", "n_trials", "space", "pruner", "enqueue", "sampler_seed")
 DIRECTIONS = ("maximize", "minimize")

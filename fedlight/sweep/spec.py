@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.core.errors import ConfigError
+from fedlight.sweep.sweep_file_error import SweepError, mapping
 
 SWEEP_KEYS = ("name", "base", "overrides", "methods", "settings", "seeds", "seed_keys", "grid",
               "select", "columns", "search")
@@ -21,10 +21,6 @@ SELECT_MODES = ("validation",)
 #: Sections whose nested mappings are flattened into dotted entries (other mappings, such as
 #: a server: class_path / init_args block or backbone_kwargs, are one value).
 NESTED = ("model", "model.init_args", "data", "trainer")
-
-
-class SweepError(ConfigError):
-    """A bad sweep file or command line (one line, naming the bad value and what is valid)."""
 
 
 @dataclass(frozen=True)
@@ -95,15 +91,6 @@ def as_arguments(entries: Sequence[tuple[str, Any]]) -> list[str]:
     reads as YAML)."""
     return [f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
             for key, value in entries]
-
-
-def mapping(value: Any, what: str) -> dict[str, Any]:
-    """``value`` as a dict (None: empty), or SweepError naming ``what``."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SweepError(f"{what} must be a mapping, got {value!r}")
-    return dict(value)
 
 
 def method_arguments(label: str, spec: Any, folder: Path) -> list[str]:

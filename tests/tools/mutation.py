@@ -54,7 +54,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
 CORE: dict[str, list[str]] = {
     "gpfl": ["ConditionalValve.forward", "GPFL.refresh_conditions", "GPFL.routes",
              "GPFL.alignment_logits", "GPFL.training_step"],
-    "map": ["restricted_softmax_scales", "kd_loss", "mmd_loss", "hpm_momentum",
+    "map": ["kd_loss", "mmd_loss", "hpm_momentum",
             "MAP.training_step", "MAP.on_round_end"],
     "fedpick": ["negative_entropy", "symmetric_kl", "gumbel_noise", "FedPick.select",
                 "FedPick.outputs", "FedPick._predict", "FedPick.training_step"],
