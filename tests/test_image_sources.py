@@ -256,7 +256,7 @@ def test_bad_input_is_one_line_naming_the_path_and_writes_nothing(
 
 def test_differently_sized_images_need_image_size(tmp_path, cache) -> None:
     root = dataset_files.office_caltech10(tmp_path)
-    with pytest.raises(ValueError, match="set data.image_size"):
+    with pytest.raises(ValueError, match=r"set image_size \(data.source.init_args.image_size\)"):
         OfficeCaltech10(root=root).load()
     assert not [p for p in cached_files(cache) if p.is_file()]
 
