@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 from fedlight.core.client import ClientContext, Partition, Phase, Upload, resolve_partition
 from fedlight.core.errors import ConfigError
 from fedlight.core.rules import ServerRule
-from fedlight.models import BACKBONES, build_backbone
+from fedlight.models import BACKBONES, build_backbone, feature_size
 from fedlight.server.mean import WeightedMean
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -44,8 +45,15 @@ class FederatedClient(L.LightningModule):
     """Base class of every fedlight method: FedAvg's behaviour with all hooks at their defaults.
 
     Args:
-        backbone: model-zoo name, e.g. ``"cnn"`` for the 4-layer CNN of FedAvg / GPFL; one
-            of: {backbones}.
+        backbone: a model-zoo name, e.g. ``"cnn"`` for the 4-layer CNN of FedAvg / GPFL, one
+            of: {backbones}. Or your own ``nn.Module`` mapping a batch of inputs to
+            ``num_classes`` logits (in YAML a ``class_path`` / ``init_args`` block): it is
+            trained as given (seed its construction yourself). Methods that read the feature
+            between body and classifier (FedPer, FedRep, GPFL, MOON, FedRoD, FedProto, ...)
+            need it cut like the zoo's ``Backbone``, as submodules ``encoder`` (input ->
+            feature) and ``head`` (feature -> logits); the feature size is its ``feature_dim``
+            attribute where it has one, else the output size of one dry forward of
+            ``encoder`` on zeros of ``input_shape`` (see :attr:`feature_dim`).
         num_classes: number of classes; linked from the data module by the CLI.
         input_shape: shape of one input sample; linked from the data module by the CLI.
         optimizer: ``"sgd"``, ``"adam"`` or ``"adamw"``.
@@ -54,10 +62,10 @@ class FederatedClient(L.LightningModule):
         weight_decay: L2 weight decay.
         extra_private: more glob patterns to keep private on top of the method's own, e.g.
             ``["model.head.*"]`` turns FedAvg into FedPer.
-        backbone_kwargs: extra keyword arguments of the backbone constructor.
+        backbone_kwargs: extra keyword arguments of the zoo backbone's constructor.
         vocab_size: number of token ids of a token-sequence data source (text, characters),
-            handed to the backbone as its vocab_size; linked from the data module by the CLI,
-            None for other inputs.
+            handed to a zoo backbone as its vocab_size (not to your own module); linked from
+            the data module by the CLI, None for other inputs.
     """
 
     #: When True the orchestrator measures personalized accuracy on each participant right
@@ -94,7 +102,7 @@ class FederatedClient(L.LightningModule):
 
     def __init__(
         self,
-        backbone: str = "cnn",
+        backbone: str | nn.Module = "cnn",
         num_classes: int = 10,
         input_shape: Sequence[int] = (1, 28, 28),
         optimizer: str = "sgd",
@@ -110,7 +118,14 @@ class FederatedClient(L.LightningModule):
             raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         if lr <= 0:
             raise ConfigError(f"lr must be positive, got {lr}")
-        self.save_hyperparameters()
+        own_module = isinstance(backbone, nn.Module)
+        if own_module and backbone_kwargs:
+            raise ConfigError(f"backbone_kwargs {dict(backbone_kwargs)} are for a zoo backbone's "
+                              f"constructor; construct your {type(backbone).__name__} with them")
+        # a module is saved with the state dict; hparams name its class (the run's record)
+        self.save_hyperparameters(ignore=["backbone"] if own_module else None)
+        if own_module:
+            self.hparams["backbone"] = _class_path(backbone)
         self.construction = _outermost_init_arguments(self)
         self.num_classes = num_classes
         self.input_shape = tuple(input_shape)
@@ -119,11 +134,12 @@ class FederatedClient(L.LightningModule):
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.extra_private = tuple(extra_private)
-        self.backbone_name = backbone
+        #: the zoo name, or the class name of your own module
+        self.backbone_name = type(backbone).__name__ if own_module else str(backbone)
         self.backbone_kwargs = dict(backbone_kwargs or {})
-        if vocab_size is not None:
+        if vocab_size is not None and not own_module:
             self.backbone_kwargs["vocab_size"] = vocab_size
-        self.model = self.build_model()
+        self.model = backbone if isinstance(backbone, nn.Module) else self.build_model()
         self.phase = "train"
         self.context: ClientContext | None = None
         self._federated_logs: dict[str, list[Tensor]] | None = None  # see capture_logs
@@ -135,10 +151,17 @@ class FederatedClient(L.LightningModule):
 
     # ----------------------------------------------------------------- construction
     def build_model(self) -> nn.Module:
-        """The backbone (``encoder`` + ``head``) every default method trains."""
+        """The zoo backbone (``encoder`` + ``head``) named ``backbone`` (a module passed as
+        ``backbone`` is used as given instead)."""
         return build_backbone(
             self.backbone_name, self.input_shape, self.num_classes, **self.backbone_kwargs
         )
+
+    @functools.cached_property
+    def feature_dim(self) -> int:
+        """Size of the feature ``model.encoder`` outputs and ``model.head`` reads (see
+        :func:`fedlight.models.feature_size`)."""
+        return feature_size(self.model, self.input_shape, owner=type(self).__name__)
 
     # ----------------------------------------------------------------- partition
     def shared_patterns(self) -> list[str]:
@@ -404,6 +427,10 @@ def weighted_samples(values: Tensor, weight: Tensor | None) -> Tensor:
     if weight is None:
         return values
     return values * weight.to(values.dtype).reshape(-1, *([1] * (values.dim() - 1)))
+
+
+def _class_path(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _outermost_init_arguments(instance: object) -> dict[str, Any]:

@@ -285,7 +285,7 @@ class FedPick(FederatedClient):
         self.mask_init_bias = mask_init_bias
         self.keep_budget = keep_budget
         self.lambda_budget = float(lambda_budget)
-        self.pfsm = (FeatureSelector(self.model.feature_dim, self.num_classes)
+        self.pfsm = (FeatureSelector(self.feature_dim, self.num_classes)
                      if self.use_pfsm else None)
         if self.pfsm is not None and mask_init_bias is not None:
             nn.init.constant_(self.pfsm.mask_net[2].bias, float(mask_init_bias))

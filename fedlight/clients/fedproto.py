@@ -67,7 +67,7 @@ class FedProto(FederatedClient):
         super().__init__(**kwargs)
         self.lamda = lamda
         self.predict_by = predict_by
-        dim = self.model.feature_dim
+        dim = self.feature_dim
         self.register_buffer("global_prototypes", torch.zeros(self.num_classes, dim))
         self.register_buffer("prototype_mask", torch.zeros(self.num_classes, dtype=torch.bool))
 
@@ -91,7 +91,7 @@ class FedProto(FederatedClient):
         of ``(x, y)``, computed in eval mode."""
         was_training = self.training
         self.eval()
-        sums = torch.zeros(self.num_classes, self.model.feature_dim, device=x.device)
+        sums = torch.zeros(self.num_classes, self.feature_dim, device=x.device)
         for xb, yb in zip(x.split(CHUNK), y.split(CHUNK), strict=True):
             sums.index_add_(0, yb, self.model.encoder(xb).float())
         self.train(was_training)

@@ -73,7 +73,7 @@ class FedRoD(FederatedClient):
                              f"{', '.join(GENERIC_LOSSES)}")
         super().__init__(**kwargs)
         self.generic_loss = generic_loss
-        self.personal_head = nn.Linear(self.model.feature_dim, self.num_classes)
+        self.personal_head = nn.Linear(self.feature_dim, self.num_classes)
         nn.init.zeros_(self.personal_head.weight)
         nn.init.zeros_(self.personal_head.bias)
         # the loaded client's training label counts (ones without a context), a buffer so

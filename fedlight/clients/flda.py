@@ -55,7 +55,7 @@ class FLDA(FederatedClient):
         self.gate_kind = gate
         self.personal = copy.deepcopy(self.model)
         logit = torch.logit(torch.tensor(float(initial_alpha)))
-        self.gate = nn.Linear(self.model.feature_dim if gate == "input" else 1, 1)
+        self.gate = nn.Linear(self.feature_dim if gate == "input" else 1, 1)
         with torch.no_grad():
             self.gate.weight.zero_()
             self.gate.bias.fill_(float(logit))

@@ -203,7 +203,7 @@ class GPFL(FederatedClient):
         self.use_gce = bool(use_gce)
         self.cov_init = cov_init
         self.p_divide_by_classes = bool(p_divide_by_classes)
-        dim = self.model.feature_dim
+        dim = self.feature_dim
         self.cov = ConditionalValve(dim, cov_init == "zero") if self.use_cov else None
         self.gce = nn.Embedding(self.num_classes, dim) if self.use_gce else None
         # Rebuilt from the received table (never stored, never sent): see refresh_conditions().

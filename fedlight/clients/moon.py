@@ -63,7 +63,7 @@ class MOON(FederatedClient):
         super().__init__(**kwargs)
         self.mu = float(mu)
         self.temperature = float(temperature)
-        dim = self.model.feature_dim
+        dim = self.feature_dim
         self.projector = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(),
                                        nn.Linear(dim, projection_dim))
         self.previous = frozen_copy(self.representation())

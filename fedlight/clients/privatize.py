@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from fedlight.clients.base import FederatedClient
 from fedlight.core.errors import ConfigError
-from fedlight.models import build_backbone
+from fedlight.models import Backbone, build_backbone
 
 COMBINES = ("mean", "product")
 _LETTERS = string.ascii_uppercase
@@ -246,6 +246,9 @@ class Privatize(FederatedClient):
         self.cut = cut
         self.combine = combine
         self.evaluate_after_local_training = bool(evaluate_after_training)
+        if not isinstance(self.model, Backbone):
+            raise ConfigError(f"{type(self).__name__} cuts a zoo backbone into blocks; backbone "
+                              f"{self.backbone_name} is not one: pass a fedlight.models name")
         self.block_names = self.model.block_names(cut)
         self.copies = parse_way(way, self.block_names)
         self.letters = [c.lower() for c in _LETTERS[:len(self.block_names)]]
