@@ -237,8 +237,8 @@ def test_fit_help_lists_logger_values_run_options_and_classes_a_user_can_pass(
     assert "\nrun options:\n  --ckpt_path" in out and "return its summary:" not in out
     assert "\nThe method: --model NAME" in out and "Base class of every" not in out
     listed = re.findall(r"fedlight(?:\.\w+)+", text.split("known subclasses: ", 1)[1])
-    assert "fedlight.clients.GPFL" in listed and "fedlight.server.FedAdam" in listed
-    for base in ("fedlight.clients.FederatedClient", "fedlight.federation.probes.Probe",
+    assert "fedlight.GPFL" in listed and "fedlight.server.FedAdam" in listed
+    for base in ("fedlight.FederatedClient", "fedlight.federation.probes.Probe",
                  "fedlight.server.ServerRule", "ServerOptimizer",
                  "AdaptiveServerOptimizer", "GatheringRule"):
         assert base not in text
@@ -260,7 +260,7 @@ def test_every_form_of_trainer_logger_is_still_accepted(value, loggers, tmp_path
 def test_a_typo_in_a_yaml_file_names_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FEDLIGHT_DEBUG", raising=False)
     typo = tmp_path / "typo.yaml"
-    typo.write_text("data:\n  bta: 0.1\n")
+    typo.write_text("data:\n  sed: 1\n")
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "-c", DIRICHLET, "-c", str(typo)])
     assert exit_info.value.code == 2

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedlight import __version__
 from fedlight.clients.base import FederatedClient
 from fedlight.core.messages import SIMULATOR, Score
 from fedlight.data.datamodule import FederatedDataModule
@@ -19,6 +18,7 @@ from fedlight.federation.outputs.folder import RunFolder, SilentRunFolder
 from fedlight.federation.outputs.progress import RoundProgress, final_table
 from fedlight.federation.outputs.summary import MEAN_LAST_ROUNDS, plot_curves, summarize
 from fedlight.federation.processes.collectives import Distributed
+from fedlight.version import __version__
 
 
 class RunWriter:
