@@ -12,7 +12,7 @@ personalized model is scored with the code's own ``test`` (its HPM accuracy is t
 ``local_test``, which ``train`` computes anyway). Their model is their ``TFCNN`` (what the paper
 runs on CIFAR-10), drawn after ``torch.manual_seed(--init-seed)``; fedlight trains the same
 network (every conv padded, a max-pool after each, a bias-free head on the 1,024-d map; built
-here from ``fedlight.models.cnn.conv_backbone``) from those weights, its parameters mapped in
+here from ``fedlight.models.conv_stack.conv_backbone``) from those weights, its parameters mapped in
 order onto fedlight's names.
 
 fedlight runs each method in the authors' code's form, one switch each
@@ -257,7 +257,7 @@ def authors_rounds(algorithm: Any, order_seed: int = SEED) -> list[dict[str, flo
 def fedlight_client(method: str, options: argparse.Namespace) -> Any:
     """fedlight's MAP / FedRS / FedPHP in the authors' code's form, on their TFCNN."""
     from fedlight.clients import MAP, FedPHP, FedRS
-    from fedlight.models.cnn import POOL, Conv, conv_backbone
+    from fedlight.models.conv_stack import POOL, Conv, conv_backbone
 
     common = {"num_classes": 10, "input_shape": (3, 32, 32), "lr": options.lr, "momentum": 0.9,
               "weight_decay": 1e-5, "rs_alpha": options.alpha, "mu_cap": 0.9,

@@ -73,7 +73,7 @@ from fedlight.core.noise import NoiseSource
 from fedlight.core.seeding import derive_seed
 from fedlight.data.datamodule import batches_per_epoch, iterate_batches
 from fedlight.models import BACKBONES
-from fedlight.models.cnn import POOL, Conv, conv_backbone
+from fedlight.models.conv_stack import POOL, Conv, conv_backbone
 
 SEED, LR, MOMENTUM, WEIGHT_DECAY, CLIP, EPOCHS = 0, 0.03, 0.9, 1e-5, 100.0, 2
 BACKBONE = "tfcnn_padded"

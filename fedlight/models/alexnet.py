@@ -11,7 +11,7 @@ from torch import nn
 
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, image_shape
-from fedlight.models.cnn import fc_backbone
+from fedlight.models.conv_stack import fc_backbone
 from fedlight.models.zoo import register_backbone
 
 # (out_channels, kernel, stride, padding) of each convolution; a max-pool (3x3, stride 2)

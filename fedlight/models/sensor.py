@@ -10,7 +10,7 @@ from torch import nn
 
 from fedlight.core.errors import ConfigError
 from fedlight.models.backbone import Backbone, check_shape
-from fedlight.models.cnn import POOL, Conv, LayerSpec, fc_backbone, spatial_size
+from fedlight.models.conv_stack import POOL, Conv, LayerSpec, fc_backbone, spatial_size
 from fedlight.models.zoo import register_backbone
 
 HAR_CNN: tuple[LayerSpec, ...] = (Conv(32, 9), POOL, Conv(64, 9), POOL)

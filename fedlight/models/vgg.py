@@ -14,7 +14,7 @@ from math import prod
 from torch import nn
 
 from fedlight.models.backbone import Backbone, image_shape
-from fedlight.models.cnn import (
+from fedlight.models.conv_stack import (
     POOL,
     Conv,
     LayerSpec,
