@@ -226,8 +226,8 @@ def default_run_name(client: FederatedClient, datamodule: FederatedDataModule, s
                      engine: str = SIMULATOR) -> str:
     """<method>-<source>-<partition>-s<seed>, lower-case method name, with -<engine> appended
     for runs whose clients are not simulated (e.g. -flower)."""
-    name = (f"{type(client).__name__.lower()}-{datamodule.source}-"
-            f"{datamodule.partition}-s{seed}")
+    name = (f"{type(client).__name__.lower()}-{datamodule.source.name}-"
+            f"{datamodule.partition.name}-s{seed}")
     return name if engine == SIMULATOR else f"{name}-{engine}"
 
 
