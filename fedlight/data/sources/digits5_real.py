@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import pickle
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +30,9 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 from fedlight.data.sources.images import domain_source, require_folder
 
 DOMAINS = ("MNIST", "SVHN", "USPS", "SynthDigits", "MNIST_M")
@@ -98,26 +96,14 @@ def _load(root: Path, image_size: int | None) -> SourceData:
     return domain_source([_domain(root, name, size) for name in DOMAINS], DOMAINS, 10)
 
 
-class Digits5Real(ImageSource):
+class Digits5Real(FileImageSource):
     """The real Digits-Five files FedBN distributes (MNIST, SVHN, USPS, SynthDigits,
     MNIST-M), one domain id per image.
 
-    Args:
-        root: the dataset's folder (see this module's LAYOUT). In a config file a
-            relative path is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the dataset's folder (see this module's LAYOUT).
     """
 
     name = "digits5_real"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return _load(require_root(self.name, self.root, LAYOUT), self.image_size)

@@ -20,14 +20,12 @@ classes). The images differ in size, so ``image_size`` is required (FedPick: 256
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 from fedlight.data.sources.images import decode_images, domain_source, require_folder
 
 DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
@@ -79,26 +77,14 @@ def _load(root: Path, image_size: int | None) -> SourceData:
     return domain_source(domains, DOMAINS, len(CLASSES))
 
 
-class DomainNet10(ImageSource):
+class DomainNet10(FileImageSource):
     """DomainNet's ten-class subset in six domains (clipart, infograph, painting, quickdraw,
     real, sketch), one domain id per image.
 
-    Args:
-        root: the dataset's folder (see this module's LAYOUT). In a config file a
-            relative path is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the dataset's folder (see this module's LAYOUT).
     """
 
     name = "domainnet10"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return _load(require_root(self.name, self.root, LAYOUT), self.image_size)

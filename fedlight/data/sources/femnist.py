@@ -25,18 +25,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData, from_arrays
 from fedlight.data.sources.cache import cached, content_key
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 
 NUM_CLASSES = 62
 PIXELS = 28 * 28
@@ -135,26 +133,14 @@ def _load(root: Path) -> SourceData:
     )
 
 
-class FEMNIST(ImageSource):
+class FEMNIST(FileImageSource):
     """LEAF's FEMNIST (62 classes, 28 x 28 grey), one group per writer (the Natural
     partition gives one client per writer).
 
-    Args:
-        root: LEAF's data/femnist/data folder (train/*.json and test/*.json, or all_data/*.json). In
-            a config file a relative path is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: LEAF's data/femnist/data folder (train/*.json and test/*.json, or all_data/*.json).
     """
 
     name = "femnist"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return _load(require_root(self.name, self.root, LAYOUT))

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import Source, SourceData, resized
 from fedlight.data.sources.domain_transforms import check_names, with_domain_transforms
 
-__all__ = ["ImageSource"]
+__all__ = ["FileImageSource", "ImageSource"]
 
 
 class ImageSource(Source):
@@ -48,3 +49,21 @@ class ImageSource(Source):
         if self.domain_transforms is not None:
             data = with_domain_transforms(data, self.domain_transforms, int(seed), self.name)
         return data
+
+
+class FileImageSource(ImageSource):
+    """An image source read from its publisher's files at ``root`` (each source's description
+    says what root holds), with the options every image source has.
+
+    Args:
+        root: the source's folder or file. In a config file a relative path is relative to
+            the file's folder.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made cross-domain
+            (identity, grey, invert, blur, rotate90, jitter; see ImageSource); null = off.
+    """
+
+    def __init__(self, root: ConfigPath | str | None = None, image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(image_size, domain_transforms)
+        self.root = root

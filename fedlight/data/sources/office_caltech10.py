@@ -17,13 +17,11 @@ domain, ``max_train_samples: 125``). The images differ in size, so ``image_size`
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 from fedlight.data.sources.images import (
     class_folders,
     decode_images,
@@ -50,26 +48,14 @@ def _load(root: Path, image_size: int | None) -> SourceData:
     return domain_source(domains, DOMAINS, len(CLASSES))
 
 
-class OfficeCaltech10(ImageSource):
+class OfficeCaltech10(FileImageSource):
     """Office-Caltech-10 (10 classes in four domains: amazon, caltech, dslr, webcam), one
     domain id per image (the Domains partition gives one client per domain).
 
-    Args:
-        root: the dataset's folder (see this module's LAYOUT). In a config file a
-            relative path is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the dataset's folder (see this module's LAYOUT).
     """
 
     name = "office_caltech10"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return _load(require_root(self.name, self.root, LAYOUT), self.image_size)

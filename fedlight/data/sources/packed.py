@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import io
 import lzma
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,8 @@ import torch
 
 from fedlight.core.errors import ConfigError, DamagedFileError, MissingFileError
 from fedlight.core.files import atomic_write
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 from fedlight.data.sources.images import to_source
 
 __all__ = ["FORMAT", "read_packed", "write_packed"]
@@ -98,25 +96,13 @@ def _load(path: Path, size: int, modified: int) -> SourceData:
                                domain_names=list(record["domain_names"]))
 
 
-class Packed(ImageSource):
+class Packed(FileImageSource):
     """A dataset packed into one file of uint8 images by benchmarks/pack_data.py.
 
-    Args:
-        root: the packed file, e.g. gpu_data/cifar10_500_100.pt. In a config file a relative path
-            is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the packed file, e.g. gpu_data/cifar10_500_100.pt.
     """
 
     name = "packed"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return self._load_file()

@@ -14,7 +14,6 @@ same clients and samples.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import FileImageSource
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -88,26 +86,14 @@ def load_pfllib(root: str | None) -> SourceData:
     )
 
 
-class PFLlib(ImageSource):
+class PFLlib(FileImageSource):
     """A folder written by PFLlib's dataset generators, read with its own client split (the
     partition is then ignored).
 
-    Args:
-        root: the PFLlib dataset folder holding config.json, train/ and test/. In a config file a
-            relative path is relative to the file's folder.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the PFLlib dataset folder holding config.json, train/ and test/.
     """
 
     name = "pfllib"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
 
     def read(self, seed: int) -> SourceData:
         return load_pfllib(self.root)
