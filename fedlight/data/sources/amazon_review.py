@@ -35,8 +35,7 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import DownloadError
-from fedlight.core.paths import ConfigPath
-from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.base import DownloadableSource, SourceData
 from fedlight.data.sources.files import DataFormatError, missing_files, require_root
 
 NAME = "amazon_review"
@@ -118,20 +117,13 @@ def _load(root: str | None, download: bool) -> SourceData:
                       domain_names=list(DOMAINS))
 
 
-class AmazonReview(Source):
+class AmazonReview(DownloadableSource):
     """Amazon Review: review features of four product categories (one domain each).
 
-    Args:
-        root: the folder of the dataset's files (see the module doc). In a config file a
-            relative path is relative to the file's folder.
-        download: download the files into root when they are missing.
+    root: the folder of the dataset's files (see the module doc).
     """
 
     name = NAME
-
-    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
-        self.root = root
-        self.download = download
 
     def read(self, seed: int) -> SourceData:
         return _load(self.root, bool(self.download))

@@ -30,11 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.paths import ConfigPath
 from fedlight.data.plugin import Plugin, from_record
 from fedlight.data.sources.cache import cache_writes_on_success
 
-__all__ = ["SOURCES", "STD_FLOOR", "Source", "SourceData", "as_source", "from_arrays",
-           "labels_tensor", "resized", "standardize"]
+__all__ = ["SOURCES", "STD_FLOOR", "DownloadableSource", "Source", "SourceData", "as_source",
+           "from_arrays", "labels_tensor", "resized", "standardize"]
 
 STD_FLOOR = 1e-6  # channels with a smaller std are left unscaled (constant features)
 
@@ -191,3 +192,18 @@ def resized(data: SourceData, size: int, name: str) -> SourceData:
                          data.y_test)
     return dataclasses.replace(data, x_train=fresh.x_train, x_test=fresh.x_test,
                                pixel_standardization=fresh.pixel_standardization)
+
+
+class DownloadableSource(Source):
+    """A source read from its publisher's files in the folder ``root`` (each source's
+    description says which), which it can download there.
+
+    Args:
+        root: the folder of the source's files. In a config file a relative path is relative
+            to the file's folder.
+        download: download the files into root when they are missing.
+    """
+
+    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
+        self.root = root
+        self.download = download

@@ -302,20 +302,9 @@ def _load_digits5_torchvision(root: str, download: bool) -> SourceData:
 
 class Digits5(ImageSource):
     """An offline stand-in for Digits-Five: five rendered or transformed digit domains
-    (see the module doc), one domain id per image; fixed data.
-
-    Args:
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
-    """
+    (see the module doc), one domain id per image; fixed data."""
 
     name = "digits5"
-
-    def __init__(self, image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
 
     def read(self, seed: int) -> SourceData:
         return _load_digits5()

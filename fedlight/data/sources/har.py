@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import DownloadError
-from fedlight.core.paths import ConfigPath
-from fedlight.data.sources.base import Source, SourceData
+from fedlight.data.sources.base import DownloadableSource, SourceData
 from fedlight.data.sources.files import DataFormatError, missing_files, require_root
 
 NAME = "har"
@@ -140,20 +139,13 @@ def _load(root: str | None, download: bool) -> SourceData:
     )
 
 
-class HAR(Source):
+class HAR(DownloadableSource):
     """UCI HAR: smartphone sensor signals of six activities, one group per subject.
 
-    Args:
-        root: the folder of the dataset's files (see the module doc). In a config file a
-            relative path is relative to the file's folder.
-        download: download the files into root when they are missing.
+    root: the folder of the dataset's files (see the module doc).
     """
 
     name = NAME
-
-    def __init__(self, root: ConfigPath | str | None = None, download: bool = False) -> None:
-        self.root = root
-        self.download = download
 
     def read(self, seed: int) -> SourceData:
         return _load(self.root, bool(self.download))
