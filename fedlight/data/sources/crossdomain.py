@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,10 +81,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData, from_arrays
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import DownloadableImageSource, ImageSource
 from fedlight.data.sources.mnist5k import mnist5k_arrays
 from fedlight.data.sources.rendered import SVHN_LIKE, SYNTH_LIKE, render_digits, texture_patches
 
@@ -310,29 +308,14 @@ class Digits5(ImageSource):
         return _load_digits5()
 
 
-class Digits5Torchvision(ImageSource):
+class Digits5Torchvision(DownloadableImageSource):
     """The torchvision members of Digits-Five (MNIST, SVHN, USPS, domains 0, 1, 2), read from
     root.
 
-    Args:
-        root: the folder torchvision reads MNIST, SVHN and USPS from (and downloads them into).
-            In a config file a relative path is relative to the file's folder.
-        download: download and unpack the dataset into root when it is missing.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the folder torchvision reads MNIST, SVHN and USPS from (and downloads them into).
     """
 
     name = "digits5_torchvision"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 download: bool = False,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
-        self.download = download
 
     def read(self, seed: int) -> SourceData:
         root = require_root(self.name, self.root, "torchvision's MNIST, SVHN and USPS files")

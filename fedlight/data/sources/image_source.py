@@ -9,7 +9,7 @@ from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import Source, SourceData, resized
 from fedlight.data.sources.domain_transforms import check_names, with_domain_transforms
 
-__all__ = ["FileImageSource", "ImageSource"]
+__all__ = ["DownloadableImageSource", "FileImageSource", "ImageSource"]
 
 
 class ImageSource(Source):
@@ -67,3 +67,22 @@ class FileImageSource(ImageSource):
                  domain_transforms: Sequence[str] | None = None) -> None:
         super().__init__(image_size, domain_transforms)
         self.root = root
+
+
+class DownloadableImageSource(FileImageSource):
+    """A file image source that can download its publisher's files into ``root``.
+
+    Args:
+        root: the folder of the source's files. In a config file a relative path is relative
+            to the file's folder.
+        download: download (and unpack) the files into root when they are missing.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made cross-domain
+            (identity, grey, invert, blur, rotate90, jitter; see ImageSource); null = off.
+    """
+
+    def __init__(self, root: ConfigPath | str | None = None, download: bool = False,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(root, image_size, domain_transforms)
+        self.download = download

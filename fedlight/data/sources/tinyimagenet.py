@@ -18,14 +18,12 @@ replicated to three channels.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 
 from fedlight.core.errors import ConfigError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import DownloadableImageSource
 from fedlight.data.sources.images import (
     class_folders,
     decode_images,
@@ -87,28 +85,13 @@ def _load(root: Path, download: bool, image_size: int | None) -> SourceData:
     return to_source(x_train, y_train, len(classes), x_test, y_test)
 
 
-class TinyImageNet(ImageSource):
+class TinyImageNet(DownloadableImageSource):
     """Tiny ImageNet (200 classes, 64 x 64; its labelled val split as the test split).
 
-    Args:
-        root: the dataset's folder (see this module's LAYOUT). In a config file a
-            relative path is relative to the file's folder.
-        download: download and unpack the dataset into root when it is missing.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the dataset's folder (see this module's LAYOUT).
     """
 
     name = "tinyimagenet"
-
-    def __init__(self, root: ConfigPath | str | None = None,
-                 download: bool = False,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
-        self.download = download
 
     def read(self, seed: int) -> SourceData:
         root = require_root(self.name, self.root, LAYOUT)

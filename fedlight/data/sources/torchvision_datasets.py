@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 from abc import abstractmethod
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,8 @@ import numpy as np
 import torch
 
 from fedlight.core.errors import ConfigError, DownloadError, MissingFileError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData, from_arrays
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import DownloadableImageSource
 
 __all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "MNIST", "TorchvisionSource"]
 
@@ -78,25 +76,11 @@ def _load_torchvision(name: str, class_name: str, num_classes: int, root: str,
     )
 
 
-class TorchvisionSource(ImageSource):
+class TorchvisionSource(DownloadableImageSource):
     """A torchvision dataset read from ``root`` (its own train and test splits).
 
-    Args:
-        root: the folder torchvision reads the dataset from (and downloads it into). In a
-            config file a relative path is relative to the file's folder.
-        download: download the dataset into root when it is missing.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the folder torchvision reads the dataset from (and downloads it into).
     """
-
-    def __init__(self, root: ConfigPath | str | None = None, download: bool = False,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
-        self.download = download
 
     def read(self, seed: int) -> SourceData:
         if self.root is None:
