@@ -24,12 +24,11 @@ from pathlib import Path
 from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import ClassFolderImageSource
 from fedlight.data.sources.images import (
     class_folders,
     decode_images,
     download_archive,
-    first_per_class_counts,
     require_folder,
     to_source,
 )
@@ -53,7 +52,7 @@ def _load(root: Path, download: bool, image_size: int | None,
     return to_source(*splits["train"], len(CLASSES), *splits["test"])
 
 
-class CINIC10(ImageSource):
+class CINIC10(ClassFolderImageSource):
     """CINIC-10 (ImageNet and CIFAR-10 images, 10 classes) in its published folders.
 
     Args:
@@ -76,14 +75,9 @@ class CINIC10(ImageSource):
                  first_per_class: int | Sequence[int] | None = None,
                  image_size: int | None = None,
                  domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
+        super().__init__(root, first_per_class, image_size, domain_transforms)
         self.download = download
-        self.first_per_class = (None if first_per_class is None else
-                                first_per_class if isinstance(first_per_class, int)
-                                else list(first_per_class))
-        self._first = first_per_class_counts(first_per_class)
 
     def read(self, seed: int) -> SourceData:
         return _load(require_root(self.name, self.root, LAYOUT), bool(self.download),
-                     self.image_size, self._first)
+                     self.image_size, self.first_counts)

@@ -8,8 +8,9 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import Source, SourceData, resized
 from fedlight.data.sources.domain_transforms import check_names, with_domain_transforms
+from fedlight.data.sources.images import first_per_class_counts
 
-__all__ = ["DownloadableImageSource", "FileImageSource", "ImageSource"]
+__all__ = ["ClassFolderImageSource", "DownloadableImageSource", "FileImageSource", "ImageSource"]
 
 
 class ImageSource(Source):
@@ -86,3 +87,34 @@ class DownloadableImageSource(FileImageSource):
                  domain_transforms: Sequence[str] | None = None) -> None:
         super().__init__(root, image_size, domain_transforms)
         self.download = download
+
+
+class ClassFolderImageSource(FileImageSource):
+    """A file image source of one folder per class, of which the first files of each class
+    can be kept (a subset read without decoding the rest).
+
+    Args:
+        root: the dataset's folder. In a config file a relative path is relative to the
+            file's folder.
+        first_per_class: keep only the first N training and first M test files of each
+            class in file-name order, [N, M] (one int: the same N for both), e.g. [500, 100]
+            for a 5,000 / 1,000 image CIFAR-10 subset of its PNG folder; null = all.
+        image_size: resize the images to this square side; null keeps their size.
+        domain_transforms: one image transformation per domain, the source made cross-domain
+            (identity, grey, invert, blur, rotate90, jitter; see ImageSource); null = off.
+    """
+
+    def __init__(self, root: ConfigPath | str | None = None,
+                 first_per_class: int | Sequence[int] | None = None,
+                 image_size: int | None = None,
+                 domain_transforms: Sequence[str] | None = None) -> None:
+        super().__init__(root, image_size, domain_transforms)
+        first_per_class_counts(first_per_class)  # a bad value fails when the config is read
+        self.first_per_class = (None if first_per_class is None else
+                                first_per_class if isinstance(first_per_class, int)
+                                else list(first_per_class))
+
+    @property
+    def first_counts(self) -> tuple[int, int] | None:
+        """``first_per_class`` as (train, test) counts; None = every file."""
+        return first_per_class_counts(self.first_per_class)

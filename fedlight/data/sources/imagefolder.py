@@ -14,18 +14,15 @@ the second load of the 60,000 CIFAR-10 PNGs takes about a second.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 
 from fedlight.core.errors import ConfigError
-from fedlight.core.paths import ConfigPath
 from fedlight.data.sources.base import SourceData
 from fedlight.data.sources.files import require_root
-from fedlight.data.sources.image_source import ImageSource
+from fedlight.data.sources.image_source import ClassFolderImageSource
 from fedlight.data.sources.images import (
     class_folders,
     decode_images,
-    first_per_class_counts,
     require_folder,
     to_source,
 )
@@ -56,34 +53,14 @@ def _load(root: Path, image_size: int | None, first: tuple[int, int] | None) -> 
     return to_source(x_train, y_train, len(classes), x_test, y_test)
 
 
-class ImageFolder(ImageSource):
+class ImageFolder(ClassFolderImageSource):
     """A dataset in torchvision's ImageFolder layout: root/train/<class>/* (and optionally
     root/test/<class>/*), classes in sorted order.
 
-    Args:
-        root: the dataset's folder (LAYOUT). In a config file a relative path is
-            relative to the file's folder.
-        first_per_class: keep only the first N training and first M test files of each
-            class in file-name order, [N, M] (one int: the same N for both), e.g. [500, 100]
-            for a 5,000 / 1,000 image CIFAR-10 subset of its PNG folder; null = all.
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
+    root: the dataset's folder (LAYOUT).
     """
 
     name = "imagefolder"
 
-    def __init__(self, root: ConfigPath | str | None = None,
-                 first_per_class: int | Sequence[int] | None = None,
-                 image_size: int | None = None,
-                 domain_transforms: Sequence[str] | None = None) -> None:
-        super().__init__(image_size, domain_transforms)
-        self.root = root
-        self.first_per_class = (None if first_per_class is None else
-                                first_per_class if isinstance(first_per_class, int)
-                                else list(first_per_class))
-        self._first = first_per_class_counts(first_per_class)
-
     def read(self, seed: int) -> SourceData:
-        return _load(require_root(self.name, self.root, LAYOUT), self.image_size, self._first)
+        return _load(require_root(self.name, self.root, LAYOUT), self.image_size, self.first_counts)
