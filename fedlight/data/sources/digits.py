@@ -22,14 +22,7 @@ def _load_digits() -> SourceData:
 
 
 class Digits(ImageSource):
-    """scikit-learn's 1797 handwritten digits (1 x 8 x 8, no test split of their own); offline.
-
-    Args:
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
-    """
+    """scikit-learn's 1797 handwritten digits (1 x 8 x 8, no test split of their own); offline."""
 
     name = "digits"
 

