@@ -15,6 +15,7 @@ from flwr.clientapp import ClientApp
 from fedlight.core.client import Upload
 from fedlight.flower.client import build_client_app
 from fedlight.flower.codec import decode_result, decode_task, encode_result
+from tests.flower_apps import with_train
 
 
 def renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -69,17 +70,7 @@ def hostile_app(inner: Callable[[Message, Context], Message],
                 honest: dict[int, dict[str, torch.Tensor]] | None = None) -> ClientApp:
     """A ClientApp that answers as inner does, except the train replies schedule spoils; the
     honest uploads are kept in honest (by round) where given."""
-    app = ClientApp()
 
-    @app.query()
-    def query(message: Message, context: Context) -> Message:
-        return inner(message, context)
-
-    @app.evaluate()
-    def evaluate(message: Message, context: Context) -> Message:
-        return inner(message, context)
-
-    @app.train()
     def train(message: Message, context: Context) -> Message:
         reply = inner(message, context)
         task, _ = decode_task(message.content)
@@ -90,7 +81,7 @@ def hostile_app(inner: Callable[[Message, Context], Message],
             return reply
         return Message(spoil(reply.content, task.round_idx, fault), reply_to=message)
 
-    return app
+    return with_train(inner, train)
 
 
 client_app = hostile_app(build_client_app(), SCHEDULE)

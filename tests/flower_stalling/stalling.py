@@ -14,6 +14,7 @@ from flwr.clientapp import ClientApp
 
 from fedlight.flower.client import build_client_app
 from fedlight.flower.codec import decode_task
+from tests.flower_apps import with_train
 
 #: seconds a stalled ClientApp waits for its SuperNode to be stopped before it gives up
 STALL_LIMIT = 600.0
@@ -22,17 +23,7 @@ STALL_LIMIT = 600.0
 def stall_app(inner: ClientApp) -> ClientApp:
     """A ClientApp that answers as inner does, except the one train message the run config
     names (stall-client, stall-round): that one it holds until its process is stopped."""
-    app = ClientApp()
 
-    @app.query()
-    def query(message: Message, context: Context) -> Message:
-        return inner(message, context)
-
-    @app.evaluate()
-    def evaluate(message: Message, context: Context) -> Message:
-        return inner(message, context)
-
-    @app.train()
     def train(message: Message, context: Context) -> Message:
         task, _ = decode_task(message.content)
         settings = context.run_config
@@ -44,7 +35,7 @@ def stall_app(inner: ClientApp) -> ClientApp:
                                f"{STALL_LIMIT} s of stalling")
         return inner(message, context)
 
-    return app
+    return with_train(inner, train)
 
 
 client_app = stall_app(build_client_app())
